@@ -1,0 +1,78 @@
+"""The tiny model, training loop and checkpoint round trip that every resume scenario shares.
+
+Resume equivalence: STEPS_TOTAL uninterrupted steps on CPU (the reference) must give the same
+parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, and the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+STEPS_TOTAL = 6
+STEPS_BEFORE = 3
+LR = 0.05
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+class TinyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def new_model() -> TinyNet:
+    """The same initial weights every time (seeded), built on CPU."""
+    torch.manual_seed(0)
+    return TinyNet()
+
+
+def batches() -> list[Batch]:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 8, generator=g), torch.randn(4, 2, generator=g)) for _ in range(STEPS_TOTAL)]
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, data: list[Batch], device: torch.device) -> None:
+    for x, y in data:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer) -> Path:
+    """Train STEPS_BEFORE steps on CPU and save model and optimizer state, as a training run would."""
+    model = new_model()
+    optimizer = make_optimizer(model.parameters())
+    train(model, optimizer, batches()[:STEPS_BEFORE], torch.device("cpu"))
+    path = Path(workdir) / "checkpoint.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    return path
+
+
+def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, torch.Tensor]:
+    """The steps after the resume, on the device; returns the final parameters on CPU."""
+    train(model, optimizer, batches()[STEPS_BEFORE:], device)
+    return cpu_state(model)
+
+
+def reference(make_optimizer: MakeOptimizer) -> dict[str, torch.Tensor]:
+    """STEPS_TOTAL uninterrupted steps on CPU."""
+    model = new_model()
+    optimizer = make_optimizer(model.parameters())
+    train(model, optimizer, batches(), torch.device("cpu"))
+    return cpu_state(model)

@@ -1,0 +1,110 @@
+"""The catalog: one entry per scenario, read by the tests, the CLI and the docs checks.
+
+A scenario's slug names its broken module `cases/<slug>.py`, its fixed module `fixes/<slug>.py`,
+its page `docs/<slug>.md`, its test ids and its CLI argument. Its `symptoms` say what the broken
+module does on each device kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# symptom kind -> (exception type, regex its message must match); None: the broken code runs.
+SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
+    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"),
+    "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
+    "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
+    "oom": (torch.OutOfMemoryError, r"out of memory"),
+    "silent": None,
+    "none": None,
+}
+DEVICE_KINDS = ("cpu", "emulated", "cuda", "mps", "xpu")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    slug: str
+    title: str
+    source: str
+    symptoms: dict[str, str] = field(default_factory=dict)
+
+    def symptom(self, device_kind: str) -> str:
+        """What the broken module does on this device kind."""
+        return self.symptoms[device_kind]
+
+    def expected_error(self, device_kind: str) -> tuple[type[BaseException], str] | None:
+        return SYMPTOMS[self.symptom(device_kind)]
+
+    def case(self) -> ModuleType:
+        return _load("cases", self.slug)
+
+    def fix(self) -> ModuleType:
+        return _load("fixes", self.slug)
+
+    def diff(self) -> str:
+        """`diff -u cases/<slug>.py fixes/<slug>.py`: the fix and nothing else."""
+        a, b = (ROOT / d / f"{self.slug}.py" for d in ("cases", "fixes"))
+        return "".join(
+            difflib.unified_diff(
+                a.read_text().splitlines(keepends=True),
+                b.read_text().splitlines(keepends=True),
+                f"cases/{self.slug}.py",
+                f"fixes/{self.slug}.py",
+            )
+        )
+
+    def lesson(self) -> str:
+        """The module docstring: Symptom, Cause, Fix."""
+        return (self.case().__doc__ or "").strip()
+
+
+def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
+    kinds = {"cpu": "none", "emulated": symptom, "cuda": symptom, "mps": symptom, "xpu": symptom}
+    kinds.update(overrides)
+    return kinds
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "sgd_momentum",
+        "SGD momentum buffers left on CPU: optimizer state loaded before model.to(device)",
+        "002 seed",
+        _accelerators("mismatch"),
+    ),
+)
+
+
+def slugs() -> list[str]:
+    return [s.slug for s in SCENARIOS]
+
+
+def get(slug: str) -> Scenario:
+    for s in SCENARIOS:
+        if s.slug == slug:
+            return s
+    raise KeyError(f"unknown scenario {slug!r}; the catalog has: {', '.join(slugs())}")
+
+
+def _load(folder: str, slug: str) -> ModuleType:
+    name = f"samedevice_{folder}.{slug}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = ROOT / folder / f"{slug}.py"
+    if not re.fullmatch(r"[a-z0-9_]+", slug) or not path.exists():
+        raise FileNotFoundError(f"scenario {slug!r} has no {folder}/{slug}.py under {ROOT.name}/")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

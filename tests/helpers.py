@@ -1,0 +1,19 @@
+"""Assertion helpers shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+
+# the captured error of each scenario's broken run, by slug, for `pytest --explain`
+LESSONS: dict[str, str] = {}
+
+
+def assert_same_params(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], *, exact: bool) -> None:
+    """Same keys and values: bit for bit when `exact`, else within torch.testing's float tolerance."""
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        assert actual[key].device.type == "cpu", f"{key} should be returned on CPU"
+        if exact:
+            assert torch.equal(actual[key], expected[key]), f"{key} differs from the CPU reference"
+        else:
+            torch.testing.assert_close(actual[key], expected[key], msg=lambda m, k=key: f"{k}: {m}")

@@ -1,0 +1,55 @@
+"""The three test families, for every scenario in the registry on every selected device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from pytest_parametrize_cases import Case, parametrize_cases
+
+from samedevice import registry
+from tests.helpers import LESSONS, assert_same_params
+
+SCENARIOS = parametrize_cases(*(Case(s.slug, scenario=s) for s in registry.SCENARIOS))
+
+
+def _reference(scenario: registry.Scenario, workdir: Path) -> dict[str, torch.Tensor]:
+    fix = scenario.fix()
+    return fix.reference() if hasattr(fix, "reference") else fix.run(torch.device("cpu"), workdir)
+
+
+@SCENARIOS
+def test_broken_raises(scenario: registry.Scenario, accelerator: torch.device, tmp_path: Path) -> None:
+    """The broken module shows its recorded symptom on every accelerator."""
+    symptom = scenario.symptom(accelerator.type)
+    expected = registry.SYMPTOMS[symptom]
+    if expected is not None:
+        error, pattern = expected
+        with pytest.raises(error, match=pattern) as info:
+            scenario.case().run(accelerator, tmp_path)
+        LESSONS.setdefault(scenario.slug, f"{info.type.__name__}: {info.value}")
+        return
+    result = scenario.case().run(accelerator, tmp_path)
+    if symptom == "silent":
+        with pytest.raises(AssertionError):
+            assert_same_params(result, _reference(scenario, tmp_path / "ref"), exact=False)
+    else:
+        assert_same_params(result, _reference(scenario, tmp_path / "ref"), exact=False)
+
+
+@SCENARIOS
+def test_broken_passes_on_cpu(scenario: registry.Scenario, tmp_path: Path) -> None:
+    """On CPU the broken module runs without error: a CPU-only CI hides the bug."""
+    result = scenario.case().run(torch.device("cpu"), tmp_path)
+    if scenario.symptom("cpu") == "none":
+        (tmp_path / "ref").mkdir()
+        assert_same_params(result, _reference(scenario, tmp_path / "ref"), exact=True)
+
+
+@SCENARIOS
+def test_fixed_matches_reference(scenario: registry.Scenario, device: torch.device, tmp_path: Path) -> None:
+    """The fixed module runs on every device and reproduces the CPU reference."""
+    result = scenario.fix().run(device, tmp_path)
+    (tmp_path / "ref").mkdir()
+    assert_same_params(result, _reference(scenario, tmp_path / "ref"), exact=device.type == "cpu")
