@@ -250,6 +250,12 @@ class EmulatedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, alloc: _Allocation | None = None) -> EmulatedTensor:
+        if elem.layout != torch.strided:
+            # fail loudly: PyTorch cannot wrap a sparse tensor this way (it would crash the process)
+            raise NotImplementedError(
+                f"emulated accelerator: {elem.layout} tensors are not supported on {NAME} devices "
+                "(only dense, strided tensors are)"
+            )
         if alloc is None:
             alloc = _allocation_of(elem, index)
         r = torch.Tensor._make_wrapper_subclass(

@@ -1,0 +1,431 @@
+"""The emulated accelerator against its contract (DESIGN.md), and the device-rule table that also
+runs on every real accelerator present, so a GPU runner judges the emulator's fidelity."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from pytest_parametrize_cases import Case, parametrize_cases
+
+from samedevice import devices, emulator
+
+SAME = "Expected all tensors to be on the same device"
+Op = Callable[[torch.device, Callable[[], torch.device]], object]
+
+
+def ones(dev: torch.device, *shape: int) -> torch.Tensor:
+    return torch.ones(*shape or (3,), device=dev)
+
+
+# One row per device rule: the op, where its inputs live, and what CUDA does with it.
+# `second()` gives a second device of the same kind (cuda:1, emulated:1); rows using it skip on
+# hosts with one GPU.
+RULE_CASES = [
+    Case("add_cpu_tensor", op=lambda d, s: ones(d) + torch.ones(3), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    Case("add_cpu_tensor_first", op=lambda d, s: torch.ones(3) + ones(d), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    Case("add_cpu_0dim_scalar", op=lambda d, s: ones(d) + torch.tensor(2.0), raises=None),
+    Case("mul_cpu_0dim_scalar_first", op=lambda d, s: torch.tensor(2.0) * ones(d), raises=None),
+    Case("compare_cpu_0dim_scalar", op=lambda d, s: ones(d) > torch.tensor(0.5), raises=None),
+    Case("add_cpu_one_element_1d", op=lambda d, s: ones(d) + torch.ones(1), raises=SAME),
+    Case("inplace_into_cpu_scalar", op=lambda d, s: torch.tensor(1.0).add_(ones(d, 1).squeeze()), raises=SAME),
+    Case("ternary_cpu_0dim_scalar", op=lambda d, s: torch.addcmul(ones(d), ones(d), torch.tensor(2.0)), raises=SAME),
+    Case("sum_out_on_cpu", op=lambda d, s: torch.sum(ones(d, 2, 3), 0, out=torch.empty(3)), raises=SAME),
+    Case("mm_cpu_mat2", op=lambda d, s: ones(d, 2, 3) @ torch.ones(3, 2), raises=f"{SAME}, but got mat2 is on cpu, different from other tensors on {{d}}"),
+    Case("mm_cpu_first", op=lambda d, s: torch.ones(2, 3) @ ones(d, 3, 2), raises=f"{SAME}, but got mat2 is on {{d}}, different from other tensors on cpu"),
+    Case("linear_cpu_weight", op=lambda d, s: F.linear(ones(d, 2, 3), torch.ones(4, 3)), raises=SAME),
+    Case("cat_cpu_tensor", op=lambda d, s: torch.cat([ones(d), torch.ones(3)]), raises=f"{SAME}, but got tensors is on cpu"),
+    Case("embedding_cpu_indices", op=lambda d, s: F.embedding(torch.tensor([0, 1]), ones(d, 4, 2)), raises=f"{SAME}, but got index is on cpu, different from other tensors on {{d}}"),
+    Case("cross_entropy_cpu_target", op=lambda d, s: F.cross_entropy(ones(d, 2, 3), torch.tensor([0, 1])), raises=f"{SAME}, but got target is on cpu"),
+    Case("index_cpu_indices", op=lambda d, s: ones(d, 4)[torch.tensor([0, 2])], raises=None),
+    Case("index_cpu_bool_mask", op=lambda d, s: ones(d, 4)[torch.tensor([True, False, True, False])], raises=None),
+    Case("index_other_accelerator", op=lambda d, s: ones(d, 4)[torch.tensor([0], device=s())], raises="indices should be either on cpu or on the same device as the indexed tensor"),
+    Case("index_put_cpu_indices_0dim_value", op=lambda d, s: ones(d, 4).index_put_((torch.tensor([1]),), torch.tensor(5.0)), raises=None),
+    Case("index_put_cpu_values", op=lambda d, s: ones(d, 4, 2).index_put_((torch.tensor([1]),), torch.ones(1, 2)), raises=SAME),
+    Case("setitem_basic_cpu_value", op=lambda d, s: ones(d, 2, 3).__setitem__(0, torch.zeros(3)), raises=None),
+    Case("where_cpu_condition", op=lambda d, s: torch.where(torch.tensor([True, False, True]), ones(d), ones(d)), raises=SAME),
+    Case("copy_from_cpu", op=lambda d, s: ones(d).copy_(torch.arange(3.0)), raises=None),
+    Case("to_cpu_and_back", op=lambda d, s: ones(d).cpu().to(d), raises=None),
+    Case("add_two_accelerators", op=lambda d, s: ones(d) + ones(s()), raises=f"{SAME}, but found at least two devices, {{d}} and {{s}}!"),
+    Case("copy_between_accelerators", op=lambda d, s: ones(d).copy_(ones(s())), raises=None),
+    Case("foreach_add_cpu_member", op=lambda d, s: torch._foreach_add_([ones(d), ones(d)], [ones(d), torch.ones(3)]), raises=SAME),
+    Case("item_of_reduction", op=lambda d, s: ones(d).sum().item(), raises=None),
+]
+RULES = parametrize_cases(*RULE_CASES)
+
+
+def second_device(dev: torch.device) -> torch.device:
+    if dev.type == emulator.NAME:
+        return emulator.device(1)
+    backend = getattr(torch, dev.type)
+    if backend.device_count() < 2:
+        pytest.skip(f"this row needs two {dev.type.upper()} devices; the host has one")
+    return torch.device(dev.type, 1)
+
+
+@RULES
+def test_device_rule(op: Op, raises: str | None, accelerator: torch.device) -> None:
+    """Each device rule behaves on the accelerator as it does on CUDA."""
+    second = lambda: second_device(accelerator)  # noqa: E731
+    if raises is None:
+        result = op(accelerator, second)
+        if isinstance(result, torch.Tensor):
+            assert result.device == accelerator
+        return
+    pattern = raises.format(d=accelerator, s=f"{accelerator.type}:1")
+    with pytest.raises(RuntimeError, match=_literal(pattern)):
+        op(accelerator, second)
+
+
+def _literal(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_rule_table_has_twenty_rows() -> None:
+    """The rule table covers at least twenty rules."""
+    assert len(RULE_CASES) >= 20
+
+
+# ---- registration and bad input -------------------------------------------------------------
+
+
+def test_device_indices() -> None:
+    """emulated:0 and emulated:1 exist; another index is refused with a clear error."""
+    assert emulator.device() == torch.device("emulated", 0)
+    assert emulator.device(1) == torch.device("emulated", 1)
+    with pytest.raises(ValueError, match="emulated device index 7 is out of range"):
+        emulator.device(7)
+
+
+def test_active_is_a_context_manager() -> None:
+    """`active()` exists and leaves the emulated device usable inside it."""
+    with emulator.active():
+        assert torch.zeros(2, device=emulator.device()).device.type == "emulated"
+
+
+def test_privateuse1_taken_gives_one_line_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where another backend owns PrivateUse1, the emulator says so in one line and is unavailable."""
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu")
+    reason = emulator.unavailable_reason()
+    assert reason is not None and "'npu'" in reason and "\n" not in reason
+    assert devices.unavailable_reason("emulated") == reason
+
+
+def test_unknown_device_name() -> None:
+    """An unknown device kind is refused with the list of valid names."""
+    with pytest.raises(ValueError, match="valid names: cpu, emulated, cuda, mps, xpu"):
+        devices.unavailable_reason("gpu0")
+
+
+# ---- factories, modules, autograd -----------------------------------------------------------
+
+
+def test_factories_take_the_device() -> None:
+    """Factories with device= put their result on the emulated device with CPU's values."""
+    dev = emulator.device()
+    made = {
+        "tensor": torch.tensor([1.0, 2.0], device=dev),
+        "zeros": torch.zeros(2, 3, device=dev),
+        "ones": torch.ones(4, device=dev),
+        "arange": torch.arange(5, device=dev),
+        "full": torch.full((2,), 7.0, device=dev),
+        "eye": torch.eye(3, device=dev),
+        "linspace": torch.linspace(0, 1, 5, device=dev),
+        "zeros_like": torch.zeros_like(torch.ones(2), device=dev),
+        "ones_like": torch.ones_like(torch.ones(2, device=dev)),
+    }
+    cpu = {
+        "tensor": torch.tensor([1.0, 2.0]), "zeros": torch.zeros(2, 3), "ones": torch.ones(4),
+        "arange": torch.arange(5), "full": torch.full((2,), 7.0), "eye": torch.eye(3),
+        "linspace": torch.linspace(0, 1, 5), "zeros_like": torch.zeros(2), "ones_like": torch.ones(2),
+    }
+    for name, t in made.items():
+        assert t.device == dev, name
+        assert torch.equal(t.cpu(), cpu[name]), name
+
+
+def test_module_to_keeps_parameter_identity() -> None:
+    """module.to(emulated) moves parameters in place, as `.data =` does for CUDA."""
+    model = torch.nn.Linear(3, 2)
+    weight = model.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.to(emulator.device())
+    assert model.weight is weight
+    assert isinstance(model.weight, torch.nn.Parameter)
+    assert optimizer.param_groups[0]["params"][0] is model.weight
+    assert model.weight.device.type == "emulated"
+
+
+def test_autograd_matches_cpu() -> None:
+    """Forward and backward on the emulated device give CPU's numbers."""
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    dev_model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    dev_model.load_state_dict(cpu_model.state_dict())
+    dev_model.to(emulator.device())
+    x = torch.randn(5, 4)
+    cpu_model(x).pow(2).sum().backward()
+    dev_model(x.to(emulator.device())).pow(2).sum().backward()
+    for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters()):
+        assert p_dev.grad is not None and p_dev.grad.device.type == "emulated"
+        assert torch.equal(p_dev.grad.cpu(), p_cpu.grad)
+
+
+@parametrize_cases(
+    Case("mse", loss=torch.nn.MSELoss(), target=lambda: torch.randn(4, 3)),
+    Case("l1", loss=torch.nn.L1Loss(), target=lambda: torch.randn(4, 3)),
+    Case("smooth_l1", loss=torch.nn.SmoothL1Loss(), target=lambda: torch.randn(4, 3)),
+    Case("cross_entropy", loss=torch.nn.CrossEntropyLoss(), target=lambda: torch.tensor([0, 2, 1, 0])),
+    Case("nll", loss=torch.nn.NLLLoss(), target=lambda: torch.tensor([0, 2, 1, 0])),
+    Case("bce_with_logits", loss=torch.nn.BCEWithLogitsLoss(pos_weight=torch.ones(3)), target=lambda: torch.rand(4, 3)),
+    Case("kl_div", loss=torch.nn.KLDivLoss(reduction="batchmean"), target=lambda: torch.rand(4, 3)),
+    Case("huber", loss=torch.nn.HuberLoss(), target=lambda: torch.randn(4, 3)),
+)
+def test_losses_match_cpu(loss: torch.nn.Module, target: Callable[[], torch.Tensor]) -> None:
+    """torch.nn losses run on the emulated device with CPU's values."""
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 3), target()
+    expected = loss(x, y)
+    dev = emulator.device()
+    moved = loss.to(dev)
+    got = moved(x.to(dev), y.to(dev))
+    loss.to("cpu")
+    assert got.device == dev
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+# ---- every torch.optim optimizer on its accelerator paths -----------------------------------
+
+
+def _optimizers() -> list[type[torch.optim.Optimizer]]:
+    found = [
+        cls for _, cls in inspect.getmembers(torch.optim, inspect.isclass)
+        if issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer
+    ]
+    return sorted(found, key=lambda c: c.__name__)
+
+
+def _flags(cls: type[torch.optim.Optimizer]) -> list[Case]:
+    params = inspect.signature(cls).parameters
+    cases = [Case(f"{cls.__name__}-default", cls=cls, flags={})]
+    if "foreach" in params:
+        cases.append(Case(f"{cls.__name__}-for_loop", cls=cls, flags={"foreach": False}))
+    if "fused" in params:
+        cases.append(Case(f"{cls.__name__}-fused", cls=cls, flags={"fused": True}))
+    if "capturable" in params:
+        cases.append(Case(f"{cls.__name__}-capturable", cls=cls, flags={"capturable": True}))
+    return cases
+
+
+# Muon takes 2-D parameters only: it gets its own test below. SparseAdam needs sparse gradients,
+# which the emulator does not hold (dense, strided tensors only).
+DENSE = [c for cls in _optimizers() if cls.__name__ not in ("SparseAdam", "Muon") for c in _flags(cls)]
+
+
+def _legal(cls: type[torch.optim.Optimizer], flags: dict[str, bool]) -> bool:
+    try:
+        cls([torch.nn.Parameter(torch.zeros(1, device=emulator.device()))], **flags)
+    except (RuntimeError, ValueError) as e:
+        if "not supported" in str(e) or "does not support" in str(e) or "`fused`" in str(e):
+            return False
+        raise
+    return True
+
+
+def _steps(cls: type[torch.optim.Optimizer], flags: dict[str, bool], dev: torch.device) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).to(dev)
+    optimizer = cls(model.parameters(), **flags)
+    x = torch.randn(6, 4).to(dev)
+    for _ in range(3):
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+    return model
+
+
+@parametrize_cases(*DENSE)
+def test_optimizer_matches_cpu(cls: type[torch.optim.Optimizer], flags: dict[str, bool]) -> None:
+    """Every torch.optim optimizer steps on the emulated device as it does on CPU."""
+    dev = emulator.device()
+    if not _legal(cls, flags):
+        pytest.skip(f"PyTorch refuses {cls.__name__}({flags}) for an accelerator")
+    expected = _steps(cls, {k: v for k, v in flags.items() if k != "capturable"}, torch.device("cpu"))
+    got = _steps(cls, flags, dev)
+    assert got.weight.device == dev
+    for p_dev, p_cpu in zip(got.parameters(), expected.parameters()):
+        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_default_path_is_foreach() -> None:
+    """As on CUDA, optimizers default to the foreach implementation on the emulated device."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    params = [torch.nn.Parameter(torch.ones(2, device=emulator.device()))]
+    assert _default_to_fused_or_foreach(params, differentiable=False, use_fused=False) == (False, True)
+
+
+def test_muon() -> None:
+    """Muon (2-D parameters only) steps on the emulated device as on CPU. (SparseAdam needs sparse
+    gradients, which the emulator does not hold: it emulates dense, strided tensors only.)"""
+    dev = emulator.device()
+    results = []
+    for where in (torch.device("cpu"), dev):
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(4, 4).to(where))
+        muon = torch.optim.Muon([w], lr=0.02)
+        for _ in range(2):
+            muon.zero_grad()
+            (w @ torch.ones(4, 1).to(where)).pow(2).sum().backward()
+            muon.step()
+        results.append(w.detach().cpu())
+    torch.testing.assert_close(results[1], results[0])
+
+
+# ---- serialization --------------------------------------------------------------------------
+
+
+def _saved(obj: object) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_save_records_the_location() -> None:
+    """torch.save records 'emulated:N' as the storage location, as it records 'cuda:N'."""
+    seen: list[str] = []
+
+    def record(storage: torch.UntypedStorage, location: str) -> torch.UntypedStorage:
+        seen.append(location)
+        return storage
+
+    torch.load(_saved({"a": ones(emulator.device(1)), "b": torch.ones(2)}), map_location=record, weights_only=True)
+    assert sorted(seen) == ["cpu", "emulated:1"]
+
+
+@parametrize_cases(
+    Case("none", map_location=lambda: None, expect="emulated:0", expect_cpu="cpu"),
+    Case("cpu_string", map_location=lambda: "cpu", expect="cpu", expect_cpu="cpu"),
+    Case("device_string", map_location=lambda: "emulated:1", expect="emulated:1", expect_cpu="emulated:1"),
+    Case("torch_device", map_location=lambda: emulator.device(1), expect="emulated:1", expect_cpu="emulated:1"),
+    Case("dict_to_cpu", map_location=lambda: {"emulated:0": "cpu"}, expect="cpu", expect_cpu="cpu"),
+    Case("dict_to_other_index", map_location=lambda: {"emulated:0": "emulated:1"}, expect="emulated:1",
+         expect_cpu="cpu"),
+    Case("callable_keep_storage", map_location=lambda: lambda storage, loc: storage, expect="cpu",
+         expect_cpu="cpu"),
+)
+def test_load_map_location(map_location: Callable[[], object], expect: str, expect_cpu: str) -> None:
+    """torch.load restores or remaps emulated storages for every map_location form, as for CUDA."""
+    emulator.device()
+    original = torch.arange(6.0).reshape(2, 3).to(emulator.device())
+    state = {"w": original, "row": original[1], "cpu": torch.ones(2)}
+    loaded = torch.load(_saved(state), map_location=map_location(), weights_only=True)
+    assert str(loaded["w"].device) == expect
+    assert torch.equal(loaded["w"].cpu(), original.cpu())
+    assert str(loaded["cpu"].device) == expect_cpu  # a device map_location moves CPU storages too
+    loaded["row"].add_(1)  # views saved together load as views of one storage
+    assert loaded["w"][1].cpu().tolist() == [4.0, 5.0, 6.0]
+
+
+def test_load_mmap(tmp_path: Path) -> None:
+    """mmap=True loads work for emulated checkpoints."""
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": ones(emulator.device(), 4)}, path)
+    loaded = torch.load(path, mmap=True, weights_only=True)
+    assert loaded["w"].device == emulator.device()
+    assert torch.equal(loaded["w"].cpu(), torch.ones(4))
+
+
+def test_load_beyond_device_count() -> None:
+    """A location past the device count fails like CUDA's 'Attempting to deserialize' error."""
+    with pytest.raises(RuntimeError, match="Attempting to deserialize object on EMULATED device 7"):
+        torch.load(_saved(ones(emulator.device())), map_location={"emulated:0": "emulated:7"}, weights_only=True)
+
+
+def test_state_dict_round_trip() -> None:
+    """A model's state_dict saved on the device loads into a model on the device."""
+    dev = emulator.device()
+    model = torch.nn.Linear(3, 2).to(dev)
+    other = torch.nn.Linear(3, 2).to(dev)
+    other.load_state_dict(torch.load(_saved(model.state_dict()), weights_only=True))
+    assert torch.equal(other.weight.cpu(), model.weight.cpu())
+
+
+# ---- memory accounting ----------------------------------------------------------------------
+
+
+def test_memory_accounting() -> None:
+    """memory_allocated, max_memory_allocated and reset_peak_memory_stats follow torch.cuda."""
+    dev = emulator.device(1)
+    gc.collect()
+    base = emulator.memory_allocated(dev)
+    emulator.reset_peak_memory_stats(dev)
+    t = torch.zeros(256, device=dev)
+    view = t[10:20]
+    assert emulator.memory_allocated(dev) == base + 1024
+    u = torch.zeros(512, device=dev)
+    assert emulator.max_memory_allocated(dev) == base + 1024 + 2048
+    del t, u
+    gc.collect()
+    assert emulator.memory_allocated(dev) == base + 1024  # the view keeps its block alive
+    del view
+    gc.collect()
+    assert emulator.memory_allocated(dev) == base
+    emulator.reset_peak_memory_stats(dev)
+    assert emulator.max_memory_allocated(dev) == base
+
+
+def test_capacity_raises_out_of_memory() -> None:
+    """Past the capacity, an allocation raises torch.OutOfMemoryError and allocates nothing."""
+    dev = emulator.device(1)
+    gc.collect()
+    base = emulator.memory_allocated(dev)
+    emulator.set_capacity(dev, base + 4096)
+    try:
+        kept = torch.zeros(512, device=dev)
+        with pytest.raises(torch.OutOfMemoryError, match=r"emulated:1 out of memory\. Tried to allocate"):
+            torch.zeros(1024, device=dev)
+        with pytest.raises(torch.OutOfMemoryError):
+            kept * 2 + torch.ones(512, device=dev)
+        assert emulator.memory_allocated(dev) == base + 2048
+    finally:
+        emulator.set_capacity(dev, None)
+    torch.zeros(4096, device=dev)
+
+
+# ---- a transformers model ----------------------------------------------------------------
+
+
+def test_transformers_forward_and_generate() -> None:
+    """A tiny transformers model runs forward and generate on the emulated device."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=40, n_positions=16, n_embd=16, n_layer=2, n_head=2,
+                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = GPT2LMHeadModel(config).eval()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        logits = model(ids).logits
+        generated = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False)
+        dev = emulator.device()
+        model.to(dev)
+        torch.testing.assert_close(model(ids.to(dev)).logits.cpu(), logits)
+        assert torch.equal(model.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=4,
+                                          do_sample=False).cpu(), generated)
+        with pytest.raises(RuntimeError, match=SAME):
+            model(ids)
