@@ -26,10 +26,9 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 NAME = "emulated"
 DEVICE_COUNT = 2
@@ -326,17 +325,41 @@ def _unwrap(x: Any) -> Any:
     return x.elem if isinstance(x, EmulatedTensor) else x
 
 
+# Op arguments nest at most lists of tensors (Tensor[], Tensor?[]) in tuples and dicts: these two
+# walkers do what torch.utils._pytree would, several times faster (the dispatch is hot).
+def _map(fn: Any, x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def _leaves(x: Any, out: list[Any]) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            _leaves(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _leaves(v, out)
+    else:
+        out.append(x)
+    return out
+
+
 def _run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
-    cpu_args, cpu_kwargs = tree_map(_unwrap, (args, kwargs))
+    cpu_args, cpu_kwargs = _map(_unwrap, (args, kwargs))
     out = func(*cpu_args, **cpu_kwargs)
-    return _wrap_outputs(out, args, kwargs, cpu_args, cpu_kwargs, index)
+    same: dict[int, EmulatedTensor] = {}
+    if func._schema.is_mutable:
+        # in-place and out= ops return their input: hand back the caller's emulated tensor
+        originals = _leaves((args, kwargs), [])
+        unwrapped = _leaves((cpu_args, cpu_kwargs), [])
+        same = {id(u): o for u, o in zip(unwrapped, originals) if isinstance(o, EmulatedTensor)}
+    return _wrap_outputs(out, same, index)
 
 
-def _wrap_outputs(out: Any, args: Any, kwargs: Any, cpu_args: Any, cpu_kwargs: Any, index: int | None) -> Any:
-    originals, _ = tree_flatten((args, kwargs))
-    unwrapped, _ = tree_flatten((cpu_args, cpu_kwargs))
-    # in-place and out= ops return their input: hand back the caller's emulated tensor
-    same = {id(u): o for u, o in zip(unwrapped, originals) if isinstance(o, EmulatedTensor)}
+def _wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
 
     def wrap(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or index is None:
@@ -349,7 +372,7 @@ def _wrap_outputs(out: Any, args: Any, kwargs: Any, cpu_args: Any, cpu_kwargs: A
         # views share their base's block of device memory; anything else is a new allocation
         return EmulatedTensor(t, index)
 
-    return tree_map(wrap, out)
+    return _map(wrap, out)
 
 
 # Factories called with device="emulated:N" reach these kernels (registered for PrivateUse1).
@@ -422,41 +445,47 @@ def _yaml_name(func: Any) -> str:
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    flat, _ = tree_flatten(x)
-    return [t for t in flat if isinstance(t, torch.Tensor)]
+    return [t for t in _leaves(x, []) if isinstance(t, torch.Tensor)]
 
 
-def _operands(func: Any, args: Any, kwargs: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """(outputs, positional inputs) as (argument name, value), in schema order. An in-place op's
-    self is both. Keyword-only tensors that are not outputs are left out, as the codegen does."""
-    bound = dict(zip((a.name for a in func._schema.arguments), args))
-    bound.update(kwargs)
+class _Plan(NamedTuple):
+    rule: str  # "foreach", "iterator" (TensorIterator) or "common" (codegen check)
+    outputs: tuple[tuple[str, int], ...]  # (name, position) of written arguments: in-place self, out=
+    inputs: tuple[tuple[str, int], ...]  # (name, position) of positional arguments
+
+
+@functools.cache
+def _plan(func: Any) -> _Plan:
+    name = _yaml_name(func)
+    no_check, _ = _native_functions()
+    rule = "foreach" if name.startswith("_foreach_") else "iterator" if name in no_check else "common"
     outputs, inputs = [], []
-    for a in func._schema.arguments:
-        if a.name not in bound:
-            continue
-        written = a.alias_info is not None and a.alias_info.is_write
-        if written:
-            outputs.append((a.name, bound[a.name]))
-        if not a.kwarg_only:
-            inputs.append((a.name, bound[a.name]))
-    return outputs, inputs
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            outputs.append((a.name, i))
+        if not a.kwarg_only:  # the codegen leaves keyword-only inputs unchecked
+            inputs.append((a.name, i))
+    return _Plan(rule, tuple(outputs), tuple(inputs))
 
 
 def _check_devices(func: Any, args: Any, kwargs: Any) -> int | None:
     """Raise CUDA's error for tensors on two devices; return the emulated index the op runs on."""
-    name = _yaml_name(func)
-    no_check, _ = _native_functions()
-    if name.startswith("_foreach_"):
+    plan = _plan(func)
+    if plan.rule == "foreach":
         return _check_foreach(args, kwargs)
-    outputs, inputs = _operands(func, args, kwargs)
-    if name in no_check:
-        in_tensors = _tensors([v for n, v in inputs if n not in dict(outputs)])
+    def value(name: str, i: int) -> Any:
+        return args[i] if i < len(args) else kwargs.get(name)
+
+    outputs = [(n, value(n, i)) for n, i in plan.outputs]
+    inputs = [(n, value(n, i)) for n, i in plan.inputs]
+    if plan.rule == "iterator":
+        in_tensors = _tensors([v for _, v in inputs])
         out_tensors = _tensors([v for _, v in outputs])
         # BINARY_OP_CONFIG and the comparison config allow one CPU scalar; unary/ternary ones do not
-        return _check_tensor_iterator(out_tensors, in_tensors, allow_cpu_scalar=len(in_tensors) + len(out_tensors) == 2
-                                      or (len(in_tensors) == 2 and not out_tensors))
-    return _check_common_device(func, outputs + [(n, v) for n, v in inputs if n not in dict(outputs)])
+        return _check_tensor_iterator(out_tensors, [t for t in in_tensors if not any(t is o for o in out_tensors)],
+                                      allow_cpu_scalar=len(in_tensors) == 2)
+    written = {n for n, _ in outputs}
+    return _check_common_device(func, outputs + [(n, v) for n, v in inputs if n not in written])
 
 
 def _check_tensor_iterator(outputs: list[torch.Tensor], inputs: list[torch.Tensor],
@@ -580,7 +609,7 @@ def _index_put(func: Any, args: Any, kwargs: Any) -> Any:
     if not (values.device.type == "cpu" and values.dim() == 0):
         _check_tensor_iterator([self], [values], allow_cpu_scalar=False)
     if self.device.type == "cpu":
-        return func(*tree_map(_unwrap, args), **kwargs)
+        return func(*_map(_unwrap, args), **kwargs)
     return _run_on_cpu(func, args, kwargs, _emulated_index(self.device))
 
 
@@ -594,7 +623,7 @@ def _embedding(func: Any, args: Any, kwargs: Any) -> Any:
 
 def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
     """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
-    return func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    return func(*_map(_unwrap, args), **_map(_unwrap, kwargs))
 
 
 _SPECIAL = {
