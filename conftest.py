@@ -10,10 +10,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
-from samedevice import devices, registry  # noqa: E402
-from tests.helpers import LESSONS  # noqa: E402
+from samedevice import devices, registry
+from tests.helpers import LESSONS
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -35,7 +35,7 @@ DEVICE_COUNT = 2
 aten = torch.ops.aten
 
 
-class EmulatorUnavailable(RuntimeError):
+class EmulatorUnavailableError(RuntimeError):
     """PrivateUse1 is already taken by another backend, so the emulator cannot register."""
 
 
@@ -98,7 +98,7 @@ def _register() -> None:
         return
     reason = unavailable_reason()
     if reason:
-        raise EmulatorUnavailable(reason)
+        raise EmulatorUnavailableError(reason)
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     if torch._C._get_privateuse1_backend_name() == "privateuseone":
@@ -123,7 +123,7 @@ def _register() -> None:
 
     for supported in (optimizer_module._foreach_supported_types, foreach_utils._foreach_supported_types):
         if EmulatedTensor not in supported:
-            supported.append(EmulatedTensor)
+            supported.append(EmulatedTensor)  # type: ignore[arg-type]
 
     # Tagger before CPU's (priority 10): an emulated storage must not be recorded as "cpu".
     torch.serialization.register_package(5, _location_tag, _restore_location)
@@ -204,7 +204,7 @@ def _allocation_of(elem: torch.Tensor, index: int) -> _Allocation:
     alloc = getattr(storage, "_samedevice_alloc", None)
     if alloc is None or alloc.index != index:
         alloc = _Allocation(index, storage.nbytes())
-        storage._samedevice_alloc = alloc
+        storage._samedevice_alloc = alloc  # type: ignore[attr-defined]
     return alloc
 
 
@@ -245,7 +245,7 @@ class EmulatedTensor(torch.Tensor):
     elem: torch.Tensor
     _alloc: _Allocation
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, alloc: _Allocation | None = None) -> EmulatedTensor:
@@ -271,7 +271,7 @@ class EmulatedTensor(torch.Tensor):
         r._alloc = alloc
         return r
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         text = repr(self.elem)
         suffix = f", device='{self.device}'"
         if self.grad_fn is not None:
@@ -292,15 +292,17 @@ class EmulatedTensor(torch.Tensor):
             copy = self.clone()
         copy.requires_grad_(self.requires_grad)
         if getattr(self, "_is_param", False):
-            copy._is_param = True  # type: ignore[attr-defined]
+            copy._is_param = True
         memo[id(self)] = copy
-        return copy
+        return copy  # type: ignore[return-value]
 
     def __reduce_ex__(self, proto: Any) -> Any:
         return _reduce(self)
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         special = _SPECIAL.get(func)
         if special is not None:

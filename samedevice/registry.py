@@ -103,7 +103,8 @@ def _load(folder: str, slug: str) -> ModuleType:
     if not re.fullmatch(r"[a-z0-9_]+", slug) or not path.exists():
         raise FileNotFoundError(f"scenario {slug!r} has no {folder}/{slug}.py under {ROOT.name}/")
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

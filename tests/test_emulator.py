@@ -115,7 +115,9 @@ def test_privateuse1_taken_gives_one_line_reason(monkeypatch: pytest.MonkeyPatch
     """Where another backend owns PrivateUse1, the emulator says so in one line and is unavailable."""
     monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu")
     reason = emulator.unavailable_reason()
-    assert reason is not None and "'npu'" in reason and "\n" not in reason
+    assert reason is not None
+    assert "'npu'" in reason
+    assert "\n" not in reason
     assert devices.unavailable_reason("emulated") == reason
 
 
@@ -175,7 +177,8 @@ def test_autograd_matches_cpu() -> None:
     cpu_model(x).pow(2).sum().backward()
     dev_model(x.to(emulator.device())).pow(2).sum().backward()
     for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters()):
-        assert p_dev.grad is not None and p_dev.grad.device.type == "emulated"
+        assert p_dev.grad is not None
+        assert p_dev.grad.device.type == "emulated"
         assert torch.equal(p_dev.grad.cpu(), p_cpu.grad)
 
 

@@ -1,0 +1,67 @@
+"""The docs pages cannot drift from the code: the registry, the files, the captured errors, the
+diffs and the code blocks are checked here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pytest_parametrize_cases import Case, parametrize_cases
+
+from samedevice import emulator, registry
+
+PAGES = parametrize_cases(*(Case(s.slug, scenario=s) for s in registry.SCENARIOS))
+
+
+def _page(scenario: registry.Scenario) -> str:
+    return (registry.ROOT / "docs" / f"{scenario.slug}.md").read_text()
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_registry_matches_files() -> None:
+    """Every slug has a case, a fix and a page, and every case, fix and page has a slug."""
+    slugs = set(registry.slugs())
+    helpers = {"optimizer_to", "checkpoint"}
+    for folder, suffix in (("cases", ".py"), ("fixes", ".py"), ("docs", ".md")):
+        found = {p.stem for p in (registry.ROOT / folder).glob(f"*{suffix}")} - helpers - {"__init__", "index"}
+        assert found == slugs, f"{folder}/ and the registry disagree: {sorted(found ^ slugs)}"
+
+
+@PAGES
+def test_page_sections(scenario: registry.Scenario) -> None:
+    """Each page has Symptom, Cause, Fix and the diff, in that order."""
+    headings = re.findall(r"^## (.+)$", _page(scenario), flags=re.M)
+    assert headings[:4] == ["Symptom", "Cause", "Fix", "The diff"]
+
+
+@PAGES
+def test_page_diff_is_current(scenario: registry.Scenario) -> None:
+    """The diff on the page is `diff -u cases/<slug>.py fixes/<slug>.py` as it is now."""
+    assert _blocks(_page(scenario), "diff") == [scenario.diff()]
+
+
+@PAGES
+def test_page_symptom_is_the_captured_error(scenario: registry.Scenario, tmp_path: Path) -> None:
+    """The error quoted under Symptom is what the broken module raises on the emulated device."""
+    expected = scenario.expected_error("emulated")
+    if expected is None:
+        pytest.skip(f"{scenario.slug} raises nothing on the emulated device")
+    with pytest.raises(expected[0]) as info:
+        scenario.case().run(emulator.device(), tmp_path)
+    captured = f"{info.type.__name__}: {str(info.value).splitlines()[0]}"
+    symptom = _page(scenario).split("## Cause")[0]
+    assert captured in _blocks(symptom, "text")[0]
+
+
+@PAGES
+def test_page_code_blocks_run(scenario: registry.Scenario) -> None:
+    """Every python block on the page runs as written (the blocks assert what they show)."""
+    blocks = _blocks(_page(scenario), "python")
+    assert blocks, f"docs/{scenario.slug}.md has no python example"
+    for block in blocks:
+        namespace: dict[str, object] = {"__name__": f"docs_{scenario.slug}"}
+        exec(compile(block, f"docs/{scenario.slug}.md", "exec"), namespace)
