@@ -307,11 +307,32 @@ class EmulatedTensor(torch.Tensor):
         special = _SPECIAL.get(func)
         if special is not None:
             return special(func, args, kwargs)
+        if _decomposes(func):
+            # CUDA has no kernel of its own for a composite op (embedding, binary_cross_entropy_with_
+            # logits, zeros_like, ...): it runs PyTorch's CompositeExplicitAutograd kernel, whose
+            # parts each check devices. So does the emulator.
+            return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         index = _check_devices(func, args, kwargs)
         return _run_on_cpu(func, args, kwargs, index)
 
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+# CUDA has no kernel of its own for a composite op: it runs PyTorch's CompositeExplicitAutograd
+# kernel, whose parts each check devices. Where that gives other device rules than checking the op
+# as a whole, the emulator runs the composite kernel too. An allowlist, because some composite
+# kernels build tensors in C++ directly (_unsafe_view), which a wrapper subclass cannot follow.
+_COMPOSITES = {
+    # embedding -> index_select(weight, 0, indices): the codegen check names the argument `index`
+    "aten::embedding",
+    # (pos_weight - 1).mul(target)...: a 0-dim CPU pos_weight is a CPU scalar in each part, allowed
+    "aten::binary_cross_entropy_with_logits",
+}
+
+
+def _decomposes(func: Any) -> bool:
+    return func.name() in _COMPOSITES
 
 
 def _set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
@@ -615,14 +636,6 @@ def _index_put(func: Any, args: Any, kwargs: Any) -> Any:
     return _run_on_cpu(func, args, kwargs, _emulated_index(self.device))
 
 
-def _embedding(func: Any, args: Any, kwargs: Any) -> Any:
-    # embedding has no CUDA kernel of its own: its composite calls index_select(weight, 0, indices),
-    # and that CUDA kernel's device check is what raises (aten/src/ATen/native/Embedding.cpp).
-    weight, indices = args[0], args[1]
-    index = _check_common_device(aten.index_select.default, [("self", weight), ("index", indices)])
-    return _run_on_cpu(func, args, kwargs, index)
-
-
 def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
     """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
     return func(*_map(_unwrap, args), **_map(_unwrap, kwargs))
@@ -633,7 +646,6 @@ _SPECIAL = {
     aten.copy_.default: _copy_,
     aten.set_.source_Storage_storage_offset: _set_storage,
     aten.index.Tensor: _index_tensor,
-    aten.embedding.default: _embedding,
     aten.index_put_.default: _index_put,
     aten.index_put.default: _index_put,
     aten._index_put_impl_.default: _index_put,

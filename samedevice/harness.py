@@ -19,6 +19,7 @@ LR = 0.05
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class TinyNet(nn.Module):
@@ -42,12 +43,28 @@ def batches() -> list[Batch]:
     return [(torch.randn(4, 8, generator=g), torch.randn(4, 2, generator=g)) for _ in range(STEPS_TOTAL)]
 
 
-def train(model: nn.Module, optimizer: torch.optim.Optimizer, data: list[Batch], device: torch.device) -> None:
+def binary_batches() -> list[Batch]:
+    """Batches with 0/1 targets, for the binary-classification losses."""
+    return [(x, (y > 0).float()) for x, y in batches()]
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: list[Batch],
+    device: torch.device,
+    loss_fn: Loss = F.mse_loss,
+) -> None:
     for x, y in data:
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        loss_fn(model(x), y).backward()
         optimizer.step()
+
+
+def sgd(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer of the scenarios that are not about optimizers."""
+    return torch.optim.SGD(params, lr=LR)
 
 
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ module does on each device kind.
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import importlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -95,17 +95,17 @@ def get(slug: str) -> Scenario:
     raise KeyError(f"unknown scenario {slug!r}; the catalog has: {', '.join(slugs())}")
 
 
-def _load(folder: str, slug: str) -> ModuleType:
-    name = f"samedevice_{folder}.{slug}"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = ROOT / folder / f"{slug}.py"
-    if not re.fullmatch(r"[a-z0-9_]+", slug) or not path.exists():
-        raise FileNotFoundError(f"scenario {slug!r} has no {folder}/{slug}.py under {ROOT.name}/")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def _load(folder: str, name: str) -> ModuleType:
+    """cases/<name>.py or fixes/<name>.py, imported as `cases.<name>` / `fixes.<name>` from the
+    checkout (so a fix reads `from fixes.optimizer_to import optimizer_to`, as a user would)."""
+    path = ROOT / folder / f"{name}.py"
+    if not re.fullmatch(r"[a-z0-9_]+", name) or not path.exists():
+        raise FileNotFoundError(f"{folder}/{name}.py does not exist in this checkout")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"{folder}.{name}")
+
+
+def helper(name: str) -> ModuleType:
+    """A copyable helper from fixes/ (optimizer_to, checkpoint)."""
+    return _load("fixes", name)

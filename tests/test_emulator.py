@@ -43,6 +43,8 @@ RULE_CASES = [
     Case("cat_cpu_tensor", op=lambda d, s: torch.cat([ones(d), torch.ones(3)]), raises=f"{SAME}, but got tensors is on cpu"),
     Case("embedding_cpu_indices", op=lambda d, s: F.embedding(torch.tensor([0, 1]), ones(d, 4, 2)), raises=f"{SAME}, but got index is on cpu, different from other tensors on {{d}}"),
     Case("cross_entropy_cpu_target", op=lambda d, s: F.cross_entropy(ones(d, 2, 3), torch.tensor([0, 1])), raises=f"{SAME}, but got target is on cpu"),
+    Case("bce_logits_cpu_0dim_pos_weight", op=lambda d, s: F.binary_cross_entropy_with_logits(ones(d), ones(d), pos_weight=torch.tensor(3.0)), raises=None),
+    Case("bce_logits_cpu_1d_pos_weight", op=lambda d, s: F.binary_cross_entropy_with_logits(ones(d), ones(d), pos_weight=torch.tensor([3.0])), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
     Case("index_cpu_indices", op=lambda d, s: ones(d, 4)[torch.tensor([0, 2])], raises=None),
     Case("index_cpu_bool_mask", op=lambda d, s: ones(d, 4)[torch.tensor([True, False, True, False])], raises=None),
     Case("index_other_accelerator", op=lambda d, s: ones(d, 4)[torch.tensor([0], device=s())], raises="indices should be either on cpu or on the same device as the indexed tensor"),

@@ -1,0 +1,60 @@
+"""optimizer_to: move an optimizer's state to its parameters' device. Copy this file as it is.
+
+When to use it: you have an optimizer whose state is on the wrong device and you cannot rebuild it
+in the right order (move the model, build the optimizer, then `load_state_dict`, which is what to do
+when you can). Typical case: an old training script loaded the optimizer state before
+`model.to(device)`, or a checkpoint was loaded with `map_location="cpu"` into an optimizer whose
+parameters were already moved and its state then edited by hand. PyTorch has no `Optimizer.to`
+(pytorch/pytorch issue 41839).
+
+    optimizer_to(optimizer)          # every state tensor to its parameter's device
+    optimizer_to(optimizer, "cpu")   # everything to one device, e.g. to free GPU memory
+
+It moves every tensor in `optimizer.state`, recursing into lists, tuples and dicts (LBFGS keeps lists
+of tensors), keeps dtypes and values, keeps tensors that were shared shared, and follows PyTorch's
+rule for `step` (torch/optim/optimizer.py, `_process_value_according_to_param_policy`): `step` lives
+on CPU unless the parameter's group is `capturable` or `fused`, where it lives with the parameter.
+Moving an already-placed optimizer again changes nothing. Returns the optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def optimizer_to(optimizer: torch.optim.Optimizer, device: torch.device | str | None = None) -> torch.optim.Optimizer:
+    groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+    moved: dict[int, torch.Tensor] = {}  # id of an original tensor -> its moved copy (keeps sharing)
+    for param, state in optimizer.state.items():
+        target = torch.device(device) if device is not None else _device_of(param)
+        if target is None:
+            continue  # state keyed by something that is not a tensor and no device given: leave it
+        group = groups.get(id(param), {})
+        step_on_param_device = bool(group.get("capturable") or group.get("fused"))
+        for key in list(state):
+            if key == "step" and not step_on_param_device:
+                state[key] = _move(state[key], torch.device("cpu"), moved)
+            else:
+                state[key] = _move(state[key], target, moved)
+    return optimizer
+
+
+def _device_of(param: Any) -> torch.device | None:
+    return param.device if isinstance(param, torch.Tensor) else None
+
+
+def _move(value: Any, device: torch.device, moved: dict[int, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        if id(value) not in moved:
+            moved[id(value)] = value.to(device)  # no copy when it is already there
+        return moved[id(value)]
+    if isinstance(value, list):
+        return [_move(v, device, moved) for v in value]
+    if isinstance(value, tuple):
+        return type(value)(*(_move(v, device, moved) for v in value)) if hasattr(value, "_fields") \
+            else tuple(_move(v, device, moved) for v in value)
+    if isinstance(value, dict):
+        return {k: _move(v, device, moved) for k, v in value.items()}
+    return value
