@@ -93,3 +93,39 @@ def reference(make_optimizer: MakeOptimizer) -> dict[str, torch.Tensor]:
     optimizer = make_optimizer(model.parameters())
     train(model, optimizer, batches(), torch.device("cpu"))
     return cpu_state(model)
+
+
+# The four steps of a resume, for the scenarios that are about their order.
+BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE = (
+    "build optimizer",
+    "load model state",
+    "load optimizer state",
+    "model.to(device)",
+)
+
+
+def resume_in_order(
+    order: tuple[str, ...], path: Path | None, device: torch.device, make_optimizer: MakeOptimizer
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """Resume by doing the steps of `order` in that order (no checkpoint: a fresh start)."""
+    model = new_model()
+    checkpoint = torch.load(path, weights_only=True) if path is not None else None
+    optimizer: torch.optim.Optimizer | None = None
+    for step in order:
+        if step == BUILD:
+            optimizer = make_optimizer(model.parameters())
+        elif step == LOAD_MODEL and checkpoint is not None:
+            model.load_state_dict(checkpoint["model"])
+        elif step == LOAD_OPTIMIZER and checkpoint is not None:
+            assert optimizer is not None, f"{order}: the optimizer state is loaded before the optimizer exists"
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        elif step == TO_DEVICE:
+            model.to(device)
+    assert optimizer is not None, f"{order} never builds the optimizer"
+    return model, optimizer
+
+
+def host_with(device: torch.device) -> Callable[[str], bool]:
+    """An availability probe for a host whose one accelerator is `device` (none for cpu), so a
+    device picker can be run as it would run on that host."""
+    return lambda kind: device.type != "cpu" and kind == device.type

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
 SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
-    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"),
+    # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
+    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device|Placeholder storage has not been "
+                               r"allocated on MPS device"),
     "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
     "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
     "oom": (torch.OutOfMemoryError, r"out of memory"),
@@ -75,12 +77,22 @@ def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
 
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(
-        "sgd_momentum",
-        "SGD momentum buffers left on CPU: optimizer state loaded before model.to(device)",
-        "002 seed",
-        _accelerators("mismatch"),
-    ),
+    Scenario("sgd_momentum", "SGD momentum buffers left on CPU: optimizer state loaded before model.to(device)",
+             "002 seed", _accelerators("mismatch")),
+    Scenario("adam_exp_avg", "Adam/AdamW moments left on CPU; `step` stays on CPU by design",
+             "002 seed, FAQ 3", _accelerators("mismatch")),
+    Scenario("wrong_load_order", "Every order of the four resume steps, predicted and checked",
+             "002 seed table, 000 seed", _accelerators("mismatch")),
+    Scenario("bce_pos_weight", "BCEWithLogitsLoss built with a CPU pos_weight and never moved",
+             "000 seed", _accelerators("mismatch")),
+    Scenario("custom_loss_weight", "A loss weight kept as a plain attribute: criterion.to(device) skips it",
+             "000 seed", _accelerators("mismatch")),
+    Scenario("tokenizer_outputs", "Tokenizer outputs left on CPU; moving only input_ids is not enough",
+             "000 seed", _accelerators("mismatch")),
+    Scenario("mps_device_pick", "Model placed by a full device picker, batches by 'cuda if available else cpu'",
+             "000 seed", _accelerators("mismatch", cuda="none")),
+    Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
+             "both seeds", _accelerators("mismatch")),
 )
 
 

@@ -1,0 +1,416 @@
+"""checkpoint: save a training checkpoint atomically and resume from it safely. Copy this file as it is.
+
+When to use it: in place of a bare `torch.save` / `torch.load` pair in a training script that must
+survive being killed mid-save and must never resume from a bad file, or resume with state on the
+wrong device. It needs only the standard library and torch.
+
+    save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch)
+    ...
+    extra = resume(path, model=model, optimizer=optimizer, device=device)   # {"epoch": ...}
+
+`save_checkpoint` writes a temporary file next to `path`, fsyncs it, renames it over `path` and
+fsyncs the folder: a crash at any moment leaves the last good checkpoint in place (and at worst a
+stray `.<name>.*.tmp` file, never a half-written `path`). It refuses, before writing, any value
+that `torch.load(weights_only=True)` would refuse.
+
+`resume` loads with `weights_only=True` (a pickle that would run code is refused, its code never
+runs), `map_location="cpu"` (nothing lands on a device by accident) and `mmap=True` (tensors are
+read from the file as they are copied, not held in memory twice). It checks every record's CRC-32
+(`torch.load` does not: flipped bytes in tensor data load silently), then the whole checkpoint
+against the model and optimizer, and applies it only if all of it fits: the model moved to `device`
+first, its state copied into the existing parameters (the optimizer keeps pointing at them), then
+the optimizer state, which PyTorch casts to each parameter's device (`step` stays on CPU unless the
+group is capturable or fused), then the RNG state, from a CPU tensor. Every problem is one
+`CheckpointError` naming the file and the key; after one, the model and optimizer are as they were.
+A missing file is not a bad checkpoint: it raises FileNotFoundError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import re
+import tempfile
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT_VERSION = 1
+_Fail = Callable[["str | None", str], "CheckpointError"]  # makes the error for a key and a detail
+_ZIP_MAGIC = b"PK\x03\x04"  # torch.save's default (zip) format; the only one torch.load can mmap
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be resumed: truncated, corrupt, not a checkpoint, or not this model's.
+
+    `path` is the file; `key` the entry at fault (`'model.fc.weight'`, `'optimizer.param_groups'`), or
+    None when the file as a whole is bad.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key: str | None, detail: str) -> None:
+        self.path, self.key, self.detail = Path(path), key, detail
+        where = "the file" if key is None else f"key {key!r}"
+        super().__init__(f"checkpoint {path}: {where}: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.key, self.detail)
+
+
+# ---- saving ----------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    **extra: Any,
+) -> None:
+    """Write model, optimizer, RNG states and `extra` to `path`, atomically."""
+    path = Path(path)
+    payload: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "model": model.state_dict(),
+        "rng": _rng_states(),
+        "extra": dict(extra),
+    }
+    if optimizer is not None:
+        payload["optimizer"] = optimizer.state_dict()
+    for key in ("model", "optimizer", "extra"):
+        if key in payload:
+            _refuse_unloadable(payload[key], key)
+
+    folder = path.parent
+    mode = _mode_for(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the name points at it
+        os.chmod(tmp, mode)  # mkstemp creates 0600; give the checkpoint the mode a plain open() would
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(folder)  # and the rename itself survives a power cut
+
+
+def _rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    # Only a run that used CUDA has CUDA RNG state worth keeping; asking would initialize CUDA.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+_PLAIN = (type(None), bool, int, float, str, bytes, torch.Tensor, torch.nn.Parameter)
+
+
+def _refuse_unloadable(value: Any, where: str) -> None:
+    """Raise TypeError for anything in `value` that torch.load(weights_only=True) would refuse."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return
+    if kind in (dict, OrderedDict):
+        for k, v in value.items():
+            _refuse_unloadable(k, f"{where} (a key)")
+            _refuse_unloadable(v, f"{where}.{k}")
+        return
+    if kind in (list, tuple):
+        for i, v in enumerate(value):
+            _refuse_unloadable(v, f"{where}.{i}")
+        return
+    # Anything else (torch.Size, dtypes, sets, tensor subclasses, classes allowlisted with
+    # torch.serialization.add_safe_globals): ask the weights-only unpickler itself, on this value alone.
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise TypeError(
+            f"save_checkpoint: {where} is a {kind.__module__}.{kind.__qualname__}, which "
+            f"torch.load(weights_only=True) would refuse ({_reason(e)}); save plain Python values and "
+            "tensors, or allowlist the type with torch.serialization.add_safe_globals"
+        ) from e
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777  # replacing a checkpoint keeps its permissions
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _fsync_folder(folder: Path) -> None:
+    if not hasattr(os, "O_DIRECTORY"):
+        return  # Windows cannot open a folder; its rename is as durable as it gets
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- resuming --------------------------------------------------------------------------------
+
+
+def resume(
+    path: str | os.PathLike[str],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """Load `path` into `model` (moved to `device` if given) and `optimizer`; return the extras."""
+    path = Path(path)
+    checkpoint = _load(path)
+    _check(checkpoint, path, model, optimizer)
+    _apply(checkpoint, path, model, optimizer, device)
+    # A tensor loaded with mmap=True keeps a mapping of the whole file alive: hand back copies.
+    return _copy_tensors(checkpoint["extra"])
+
+
+def _load(path: Path) -> Any:
+    with open(path, "rb") as f:  # a missing file raises FileNotFoundError here
+        zipped = f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+    if zipped:
+        _check_crc(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            path, None,
+            f"torch.load(weights_only=True) refuses it ({_reason(e)}): it is not a checkpoint, "
+            "or it holds code that would run on load",
+        ) from e
+    except Exception as e:  # the zip reader's RuntimeError, EOFError, ...
+        raise CheckpointError(path, None, f"cannot be read, it is truncated or corrupt ({_reason(e)})") from e
+
+
+def _check_crc(path: Path) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except Exception as e:  # BadZipFile for a truncated file (no central directory), zlib errors, ...
+        raise CheckpointError(path, None, f"is not a complete zip archive, it is truncated or corrupt ({e})") from e
+    if bad is not None:
+        raise CheckpointError(path, None, f"record {bad!r} fails its CRC-32 check, the file is corrupt")
+
+
+def _reason(e: BaseException) -> str:
+    """The gist of an exception from torch.load: its WeightsUnpickler line, else its first line."""
+    text = str(e)
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|\n\t|$)", text, re.DOTALL)
+    line = found.group(1) if found else (text.splitlines() or [""])[0]
+    return f"{type(e).__name__}: {' '.join(line.split())}"
+
+
+def _check(checkpoint: Any, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """Raise CheckpointError for the first thing in `checkpoint` that does not fit; touch nothing."""
+
+    def fail(key: str | None, detail: str) -> CheckpointError:
+        return CheckpointError(path, key, detail)
+
+    if not isinstance(checkpoint, dict):
+        raise fail(None, f"holds a {type(checkpoint).__name__}, not a checkpoint (a dict written by save_checkpoint)")
+    if "model" not in checkpoint:
+        raise fail("model", f"missing: the file holds a dict with keys {sorted(map(str, checkpoint))}, "
+                            "not a checkpoint written by save_checkpoint")
+    if checkpoint.get("format_version") != FORMAT_VERSION:
+        version = checkpoint.get("format_version")
+        raise fail("format_version", f"is {version!r}; this code reads version {FORMAT_VERSION}")
+    for key in ("model", "rng", "extra"):
+        if key not in checkpoint:
+            raise fail(key, "missing: the checkpoint was not written by save_checkpoint")
+        if not isinstance(checkpoint[key], dict):
+            raise fail(key, f"should be a dict, is a {type(checkpoint[key]).__name__}")
+
+    _check_model(checkpoint["model"], model, fail)
+    if optimizer is not None:
+        if "optimizer" not in checkpoint:
+            raise fail("optimizer", "missing: the checkpoint was saved without an optimizer")
+        _check_optimizer(checkpoint["optimizer"], optimizer, fail)
+    _check_rng(checkpoint["rng"], fail)
+
+
+def _check_model(saved: dict[str, Any], model: torch.nn.Module, fail: _Fail) -> None:
+    expected = model.state_dict()
+    for name in expected:
+        if name not in saved:
+            raise fail(f"model.{name}", "missing from the checkpoint; the model has it")
+    for name in saved:
+        if name not in expected:
+            raise fail(f"model.{name}", "in the checkpoint but not in the model")
+    for name, want in expected.items():
+        got = saved[name]
+        if isinstance(want, torch.Tensor):
+            if not isinstance(got, torch.Tensor):
+                raise fail(f"model.{name}", f"should be a tensor, is a {type(got).__name__}")
+            if got.shape != want.shape:
+                raise fail(f"model.{name}",
+                           f"shape {list(got.shape)} in the checkpoint, {list(want.shape)} in the model")
+
+
+def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, fail: _Fail) -> None:
+    if not (isinstance(saved, dict) and isinstance(saved.get("state"), dict)
+            and isinstance(saved.get("param_groups"), list)):
+        raise fail("optimizer", "should be an optimizer state_dict, a dict with 'state' and 'param_groups'")
+    groups, saved_groups = optimizer.param_groups, saved["param_groups"]
+    if len(saved_groups) != len(groups):
+        raise fail("optimizer.param_groups",
+                   f"{len(saved_groups)} param groups in the checkpoint, {len(groups)} in the optimizer")
+    params: dict[Any, torch.Tensor] = {}  # saved param id -> the optimizer's param
+    for i, (saved_group, group) in enumerate(zip(saved_groups, groups)):
+        ids = saved_group.get("params") if isinstance(saved_group, dict) else None
+        if not isinstance(ids, list):
+            raise fail(f"optimizer.param_groups.{i}", "should be a dict with a 'params' list")
+        if len(ids) != len(group["params"]):
+            raise fail(f"optimizer.param_groups.{i}",
+                       f"{len(ids)} params in the checkpoint, {len(group['params'])} in the optimizer's group")
+        params.update(zip(ids, group["params"]))
+    for pid, state in saved["state"].items():
+        key = f"optimizer.state.{pid}"
+        if pid not in params:
+            raise fail(key, "belongs to no param group")
+        if not isinstance(state, dict):
+            raise fail(key, f"should be a dict, is a {type(state).__name__}")
+        if isinstance(optimizer, torch.optim.LBFGS):
+            # LBFGS keeps flat vectors over all the params of its (only) group, keyed by the first
+            flat = sum(p.numel() for p in optimizer.param_groups[0]["params"])
+            _check_flat(state, flat, key, fail)
+            continue
+        if type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
+            continue  # another library's state layout is its own: only the groups are checked
+        param = params[pid]
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                want = _state_shape(optimizer, name, param)
+                if value.shape != want:
+                    raise fail(f"{key}.{name}",
+                               f"shape {list(value.shape)} in the checkpoint, {list(want)} for its param")
+
+
+def _state_shape(optimizer: torch.optim.Optimizer, name: str, param: torch.Tensor) -> torch.Size:
+    """The shape torch.optim gives the state tensor `name` of `param` (torch/optim/*.py)."""
+    shape = list(param.shape)
+    if isinstance(optimizer, getattr(torch.optim, "Adafactor", ())) and name in ("row_var", "col_var"):
+        shape[-1 if name == "row_var" else -2] = 1  # factored second moments (_adafactor.py)
+    return torch.Size(shape)
+
+
+def _check_flat(value: Any, numel: int, key: str, fail: _Fail) -> None:
+    if isinstance(value, torch.Tensor):
+        if value.dim() > 0 and value.shape != (numel,):
+            raise fail(key, f"shape {list(value.shape)} in the checkpoint, [{numel}] for the flattened params")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_flat(v, numel, f"{key}.{k}", fail)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_flat(v, numel, f"{key}.{i}", fail)
+
+
+def _check_rng(rng: dict[str, Any], fail: _Fail) -> None:
+    want = torch.get_rng_state()
+    cpu = rng.get("cpu")
+    if not (isinstance(cpu, torch.Tensor) and cpu.dtype == torch.uint8 and cpu.shape == want.shape):
+        raise fail("rng.cpu", f"should be a ByteTensor of {want.numel()} bytes (torch.get_rng_state()), "
+                              f"is {_describe(cpu)}")
+    cuda = rng.get("cuda", [])
+    if not (isinstance(cuda, list) and all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in cuda)):
+        raise fail("rng.cuda",
+                   f"should be a list of ByteTensors (torch.cuda.get_rng_state_all()), is {_describe(cuda)}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _apply(
+    checkpoint: dict[str, Any],
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    device: torch.device | str | None,
+) -> None:
+    """Apply a checked checkpoint; if anything still fails, put everything back and raise."""
+    # The snapshot: model values copied to CPU, the model's device, and the optimizer's own state
+    # and groups (load_state_dict replaces those two objects, it never writes into them).
+    model_before = _copy_tensors(model.state_dict(), to="cpu")
+    devices_before = {t.device for t in (*model.parameters(), *model.buffers())}
+    optimizer_before = (optimizer.state, optimizer.param_groups) if optimizer is not None else None
+    rng_before = torch.get_rng_state()
+    stage = "model"
+    try:
+        if device is not None:
+            model.to(device)  # first: the optimizer state is cast to where the params are when it loads
+        model.load_state_dict(checkpoint["model"])  # copies into the existing params, which the optimizer holds
+        if optimizer is not None:
+            stage = "optimizer"
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            _unmap(optimizer, checkpoint["optimizer"])
+        stage = "rng"
+        torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())  # torch.set_rng_state takes a CPU ByteTensor only
+        if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
+            for index, state in enumerate(checkpoint["rng"]["cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(state.cpu(), index)
+    except Exception as e:
+        if device is not None and len(devices_before) == 1:
+            model.to(next(iter(devices_before)))
+        model.load_state_dict(model_before)
+        if optimizer is not None and optimizer_before is not None:
+            optimizer.state, optimizer.param_groups = optimizer_before
+        torch.set_rng_state(rng_before)
+        raise CheckpointError(
+            path, stage, f"could not be applied ({type(e).__name__}: {e}); the model and optimizer are as they were"
+        ) from e
+
+
+def _unmap(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Copy the optimizer state tensors that still share memory with the loaded file.
+
+    load_state_dict keeps a loaded tensor as it is when no cast is needed (CPU params; `step`
+    outside capturable/fused), and one such tensor, even a 0-dim `step`, keeps the mmap of the
+    whole file alive for as long as the optimizer lives.
+    """
+    loaded = {t.untyped_storage().data_ptr() for t in _tensors(saved["state"])} - {0}
+    for state in optimizer.state.values():
+        for name, value in state.items():
+            state[name] = _copy_tensors(value, only=loaded)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _copy_tensors(value: Any, *, to: str | None = None, only: set[int] | None = None) -> Any:
+    """`value` with its tensors copied (to `to` if given; only those whose memory is in `only` if given)."""
+    if isinstance(value, torch.Tensor):
+        if only is not None and (value.device.type != "cpu" or value.untyped_storage().data_ptr() not in only):
+            return value
+        copy = value.detach().to(to or value.device, copy=True).requires_grad_(value.requires_grad)
+        return torch.nn.Parameter(copy, value.requires_grad) if isinstance(value, torch.nn.Parameter) else copy
+    if type(value) in (dict, OrderedDict):
+        return type(value)((k, _copy_tensors(v, to=to, only=only)) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_copy_tensors(v, to=to, only=only) for v in value)
+    return value
