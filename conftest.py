@@ -10,9 +10,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+pytest_plugins = ["pytester"]  # tests/test_audit_hook.py runs an inner session
+
 from hypothesis import HealthCheck, settings
 
-from samedevice import devices, registry
+from samedevice import audit, devices, registry
 from tests.helpers import LESSONS
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
@@ -107,3 +109,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(scenario.lesson())
         terminalreporter.write_line("")
         terminalreporter.write_line(scenario.diff())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """When a test fails with a device-mismatch error, add what the device audit finds among the
+    objects the test registered (`audit.register(request, device, model=..., optimizer=...)`):
+    PyTorch's message never names the tensor."""
+    report = yield
+    if call.when == "call":
+        found = audit.take(item)  # always take, so the registered objects are released
+        if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
+            report.sections.append(("device audit", found))
+    return report

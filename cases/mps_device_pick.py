@@ -31,7 +31,7 @@ def pick_device(available: Available | None = None) -> torch.device:
     if available is None and hasattr(torch, "accelerator"):
         accelerator = torch.accelerator.current_accelerator()
         return accelerator if accelerator is not None else torch.device("cpu")
-    available = available or (lambda kind: getattr(torch, kind, None) is not None and getattr(torch, kind).is_available())
+    available = available or (lambda kind: hasattr(torch, kind) and getattr(torch, kind).is_available())
     for kind in ("cuda", "mps", "xpu", torch._C._get_privateuse1_backend_name()):
         if available(kind):
             return torch.device(kind)

@@ -209,11 +209,15 @@ def _check_crc(path: Path) -> None:
 
 
 def _reason(e: BaseException) -> str:
-    """The gist of an exception from torch.load: its WeightsUnpickler line, else its first line."""
+    """The gist of an exception from torch.load: what the unpickler refused, not its advice around it."""
     text = str(e)
     found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|\n\t|$)", text, re.DOTALL)
-    line = found.group(1) if found else (text.splitlines() or [""])[0]
-    return f"{type(e).__name__}: {' '.join(line.split())}"
+    if found:
+        gist = found.group(1)
+    else:  # e.g. "Trying to load unsupported GLOBAL posix.system ...": the last paragraph but the link
+        paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip() and not p.startswith("Check the doc")]
+        gist = paragraphs[-1] if paragraphs else text
+    return f"{type(e).__name__}: {' '.join(gist.split())}"
 
 
 def _check(checkpoint: Any, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:

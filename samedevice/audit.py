@@ -11,7 +11,7 @@ not moved. This module walks what you hand it and lists each such tensor:
     >>> from samedevice import audit
     >>> for item in audit.misplaced(dev, model=model, optimizer=optimizer, batch=batch):
     ...     print(item)
-    optimizer.state[model.fc.weight]['momentum_buffer'] is on cpu, not emulated:0 (shape (2, 3))
+    optimizer.state[model.fc.weight]['momentum_buffer'] is on cpu (shape (2, 3))
 
 What it walks, for each keyword `name=obj`:
 - a torch.nn.Module: parameters, buffers and submodules, then the plain attributes of every module

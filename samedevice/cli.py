@@ -4,6 +4,7 @@ tour   reproduces every catalogued failure and its fix on the best device presen
        there is one, else the emulated accelerator) and prints one row per scenario.
 list   the scenarios and their symptom on each device kind.
 show   one scenario's lesson: symptom, cause, fix, and the diff between the broken and fixed code.
+docs   rewrite the generated parts of the docs pages from the code (--check: only report).
 """
 
 from __future__ import annotations
@@ -115,12 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     p_show = sub.add_parser("show", help="print one scenario's lesson")
     p_show.add_argument("slug", help="scenario slug, e.g. sgd_momentum")
     sub.add_parser("list", help="list the scenarios")
+    p_docs = sub.add_parser("docs", help="rewrite the generated parts of docs/<slug>.md (captured errors, diffs)")
+    p_docs.add_argument("--check", action="store_true", help="only list stale pages; exit 1 if any")
     args = parser.parse_args(argv)
     try:
         if args.command == "tour":
             return tour(args.device)
         if args.command == "show":
             return show(args.slug)
+        if args.command == "docs":
+            from samedevice import docs
+
+            stale = docs.sync(check=args.check)
+            print("stale: " + ", ".join(stale) if stale else "docs are up to date")
+            return 1 if stale and args.check else 0
         return list_scenarios()
     except (KeyError, RuntimeError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)

@@ -6,7 +6,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-WORDS = "the a cat dog sat ran on under mat rug and quickly".split()
+WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "rug", "and", "quickly"]
 
 
 def tokenizer(*, token_type_ids: bool = False) -> PreTrainedTokenizerFast:

@@ -156,16 +156,16 @@ def test_factories_take_the_device() -> None:
         assert torch.equal(t.cpu(), cpu[name]), name
 
 
-def test_module_to_keeps_parameter_identity() -> None:
-    """module.to(emulated) moves parameters in place, as `.data =` does for CUDA."""
+def test_module_to_keeps_parameter_identity(accelerator: torch.device) -> None:
+    """module.to(accelerator) moves parameters in place (`.data =` on CUDA, swap_tensors on the emulator)."""
     model = torch.nn.Linear(3, 2)
     weight = model.weight
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.to(emulator.device())
+    model.to(accelerator)
     assert model.weight is weight
     assert isinstance(model.weight, torch.nn.Parameter)
     assert optimizer.param_groups[0]["params"][0] is model.weight
-    assert model.weight.device.type == "emulated"
+    assert model.weight.device.type == accelerator.type
 
 
 def test_autograd_matches_cpu() -> None:

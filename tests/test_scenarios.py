@@ -1,0 +1,319 @@
+"""What each scenario teaches beyond its three test families: controls, variants, the articles'
+claims, and the copyable optimizer_to helper."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from pytest_parametrize_cases import Case, parametrize_cases
+from torch import nn
+
+from samedevice import harness, orders, registry, tiny
+from samedevice.harness import LOAD_OPTIMIZER
+from tests.helpers import assert_same_params
+
+SAME = "Expected all tensors to be on the same device"
+optimizer_to = registry.helper("optimizer_to").optimizer_to
+
+
+def _resume_and_finish(scenario: str, make_optimizer, device: torch.device, workdir: Path, *, rescue=None):
+    case = registry.get(scenario).case()
+    path = harness.write_checkpoint(workdir, make_optimizer)
+    case.make_optimizer, original = make_optimizer, case.make_optimizer
+    try:
+        model, optimizer = case.resume(path, device)
+    finally:
+        case.make_optimizer = original
+    if rescue is not None:
+        rescue(optimizer, device)
+    return harness.finish(model, optimizer, device), optimizer
+
+
+# ---- sgd_momentum ------------------------------------------------------------------------------
+
+
+def test_sgd_without_momentum_does_not_raise(accelerator: torch.device, tmp_path: Path) -> None:
+    """With momentum=0 SGD keeps no buffer, so the same wrong order trains fine (002 FAQ 1)."""
+    def plain_sgd(params):
+        return torch.optim.SGD(params, lr=harness.LR)
+
+    result, optimizer = _resume_and_finish("sgd_momentum", plain_sgd, accelerator, tmp_path)
+    assert all("momentum_buffer" not in s or s["momentum_buffer"] is None for s in optimizer.state.values())
+    assert_same_params(result, harness.reference(plain_sgd), exact=False)
+
+
+def test_sgd_rescue_with_optimizer_to(accelerator: torch.device, tmp_path: Path) -> None:
+    """The 002 article's rescue for an already-loaded optimizer, as optimizer_to, fixes the wrong order."""
+    case = registry.get("sgd_momentum").case()
+    result, _ = _resume_and_finish("sgd_momentum", case.make_optimizer, accelerator, tmp_path,
+                                   rescue=lambda opt, dev: optimizer_to(opt))
+    assert_same_params(result, case.reference(), exact=False)
+
+
+# ---- adam_exp_avg ------------------------------------------------------------------------------
+
+ADAMS = parametrize_cases(*(
+    Case(f"{cls.__name__}-amsgrad_{amsgrad}", cls=cls, amsgrad=amsgrad)
+    for cls, amsgrad in itertools.product((torch.optim.Adam, torch.optim.AdamW), (False, True))
+))
+
+
+@ADAMS
+def test_adam_broken_order_raises(cls, amsgrad: bool, accelerator: torch.device, tmp_path: Path) -> None:
+    """Adam and AdamW, with and without amsgrad, raise after the pitfall order."""
+    def make(params):
+        return cls(params, lr=harness.LR, amsgrad=amsgrad)
+
+    with pytest.raises(RuntimeError, match=SAME):
+        _resume_and_finish("adam_exp_avg", make, accelerator, tmp_path)
+
+
+@parametrize_cases(
+    Case("default", flags={}, step_on_device=False),
+    Case("capturable", flags={"capturable": True}, step_on_device=True),
+    Case("fused", flags={"fused": True}, step_on_device=True),
+)
+def test_adam_step_stays_on_cpu(flags: dict, step_on_device: bool, accelerator: torch.device, tmp_path: Path) -> None:
+    """After a correct resume, step is on CPU unless the optimizer is capturable or fused; optimizer_to agrees."""
+    def make(params):
+        return torch.optim.Adam(params, lr=harness.LR, **flags)
+
+    try:
+        make([nn.Parameter(torch.zeros(1, device=accelerator))])
+    except RuntimeError as e:
+        pytest.skip(f"{accelerator.type} does not support Adam({flags}): {e}")
+    model = harness.new_model().to(accelerator)
+    optimizer = make(model.parameters())
+    harness.train(model, optimizer, harness.batches()[:2], accelerator)
+    torch.save(optimizer.state_dict(), tmp_path / "opt.pt")
+    saved = torch.load(tmp_path / "opt.pt", map_location="cpu", weights_only=True)  # as a CPU host reads it
+    optimizer = make(model.parameters())
+    optimizer.load_state_dict(saved)
+    expected = accelerator.type if step_on_device else "cpu"
+    before = {id(p): {k: v.device for k, v in s.items()} for p, s in optimizer.state.items()}
+    for state in optimizer.state.values():
+        assert state["step"].device.type == expected
+        assert state["exp_avg"].device.type == accelerator.type
+        assert state["exp_avg_sq"].device.type == accelerator.type
+    optimizer_to(optimizer)
+    assert {id(p): {k: v.device for k, v in s.items()} for p, s in optimizer.state.items()} == before
+
+
+def test_article_rescue_loop_moves_step(accelerator: torch.device, tmp_path: Path) -> None:
+    """The 002 article's loop moves step to the device too; training still matches the CPU run."""
+    case = registry.get("adam_exp_avg").case()
+
+    def article_loop(optimizer, device):
+        for p_state in optimizer.state.values():
+            for k, v in p_state.items():
+                if torch.is_tensor(v):
+                    p_state[k] = v.to(device)
+
+    result, optimizer = _resume_and_finish("adam_exp_avg", case.make_optimizer, accelerator, tmp_path,
+                                           rescue=article_loop)
+    assert {s["step"].device.type for s in optimizer.state.values()} == {accelerator.type}
+    assert_same_params(result, case.reference(), exact=False)
+
+
+# ---- wrong_load_order ----------------------------------------------------------------------------
+
+ORDER_CASES = parametrize_cases(*(
+    Case(f"{'-'.join(step.split()[0] for step in order)}{'' if LOAD_OPTIMIZER in order else '-fresh'}-{name}",
+         order=order, optimizer=name)
+    for order in orders.RESUME_ORDERS + orders.FRESH_ORDERS
+    for name in orders.OPTIMIZERS
+))
+
+
+@ORDER_CASES
+def test_load_order(order: tuple[str, ...], optimizer: str, accelerator: torch.device, tmp_path: Path) -> None:
+    """Each order of the resume steps raises on an accelerator exactly when the rule predicts it."""
+    _, eager = orders.OPTIMIZERS[optimizer]
+    error = orders.observe(order, optimizer, accelerator, tmp_path)
+    if orders.predicted_to_raise(order, eager):
+        assert error is not None
+        assert SAME in error
+    else:
+        assert error is None
+
+
+def test_load_order_on_cpu(tmp_path: Path) -> None:
+    """On CPU no order of the resume steps fails."""
+    for i, (order, name) in enumerate(itertools.product(orders.RESUME_ORDERS + orders.FRESH_ORDERS, orders.OPTIMIZERS)):
+        (tmp_path / str(i)).mkdir()
+        assert orders.observe(order, name, torch.device("cpu"), tmp_path / str(i)) is None
+
+
+# ---- bce_pos_weight ----------------------------------------------------------------------------
+
+
+def test_bce_criterion_to_fixes_it(accelerator: torch.device) -> None:
+    """criterion.to(device) moves pos_weight (a buffer): the second fix matches the CPU reference."""
+    def train(device: torch.device) -> dict[str, torch.Tensor]:
+        model = harness.new_model().to(device)
+        criterion = nn.BCEWithLogitsLoss(pos_weight=torch.tensor([3.0, 3.0])).to(device)
+        harness.train(model, harness.sgd(model.parameters()), harness.binary_batches(), device, criterion)
+        return harness.cpu_state(model)
+
+    assert_same_params(train(accelerator), train(torch.device("cpu")), exact=False)
+
+
+def test_bce_zero_dim_pos_weight_is_a_cpu_scalar(accelerator: torch.device) -> None:
+    """A 0-dim CPU pos_weight passes as a CPU scalar; the 000 article's 1-element 1-D one raises."""
+    logits, target = torch.zeros(4, 2, device=accelerator), torch.ones(4, 2, device=accelerator)
+    loss = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(3.0))(logits, target)
+    assert loss.device == accelerator
+    with pytest.raises(RuntimeError, match=SAME):
+        nn.BCEWithLogitsLoss(pos_weight=torch.Tensor([3]))(logits, target)
+
+
+# ---- custom_loss_weight --------------------------------------------------------------------------
+
+
+def test_list_of_criteria(accelerator: torch.device, tmp_path: Path) -> None:
+    """Criteria in a plain list are skipped by .to and raise; in an nn.ModuleList they train right."""
+    scenario = registry.get("custom_loss_weight")
+    with pytest.raises(RuntimeError, match=SAME):
+        scenario.case().run_list_of_criteria(accelerator, tmp_path)
+    expected = scenario.fix().run_list_of_criteria(torch.device("cpu"), tmp_path)
+    assert_same_params(scenario.fix().run_list_of_criteria(accelerator, tmp_path), expected, exact=False)
+
+
+# ---- tokenizer_outputs ---------------------------------------------------------------------------
+
+
+def test_tokenizer_partial_fixes(accelerator: torch.device) -> None:
+    """Moving only input_ids: fine for a mask (transformers moves it), raises with token_type_ids,
+    and without the mask gives silently different logits for padded rows."""
+    prompts = registry.get("tokenizer_outputs").case().PROMPTS
+    tokenizer, model = tiny.tokenizer(), tiny.causal_lm().to(accelerator)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        full = model(**enc.to(accelerator)).logits.cpu()
+        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        mask_on_cpu = model(input_ids=enc["input_ids"].to(accelerator), attention_mask=enc["attention_mask"])
+        torch.testing.assert_close(mask_on_cpu.logits.cpu(), full)
+        ids_only = model(enc["input_ids"].to(accelerator)).logits.cpu()
+        torch.testing.assert_close(ids_only[0], full[0])  # the longest prompt has no padding
+        assert not torch.allclose(ids_only[1], full[1])  # the padded one attends to its padding
+
+        bert_tokenizer, bert = tiny.tokenizer(token_type_ids=True), tiny.encoder().to(accelerator)
+        enc = bert_tokenizer(prompts, return_tensors="pt", padding=True)
+        with pytest.raises(RuntimeError, match=SAME):
+            bert(**{**enc, "input_ids": enc["input_ids"].to(accelerator)})
+
+
+# ---- mps_device_pick -----------------------------------------------------------------------------
+
+BACKENDS = ("cuda", "mps", "xpu", "emulated")
+
+
+@parametrize_cases(*(
+    Case("+".join(combo) or "none", available=set(combo))
+    for r in range(len(BACKENDS) + 1) for combo in itertools.combinations(BACKENDS, r)
+))
+def test_picker_choices(available: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixed picker takes CUDA, then MPS, then XPU, then the out-of-tree backend, then CPU;
+    the broken batch picker knows only CUDA."""
+    monkeypatch.delenv("PICK_DEVICE", raising=False)
+    scenario = registry.get("mps_device_pick")
+    expected = next((torch.device(k) for k in BACKENDS if k in available), torch.device("cpu"))
+    probe = available.__contains__
+    assert scenario.fix().pick_device(probe) == expected
+    assert scenario.fix().batch_device(probe) == expected
+    assert scenario.case().batch_device(probe) == torch.device("cuda" if "cuda" in available else "cpu")
+
+
+def test_picker_override_and_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PICK_DEVICE overrides the picker; without a probe it asks torch.accelerator."""
+    pick = registry.get("mps_device_pick").fix().pick_device
+    monkeypatch.setenv("PICK_DEVICE", "cpu")
+    assert pick(lambda kind: True) == torch.device("cpu")
+    monkeypatch.delenv("PICK_DEVICE")
+    current = torch.accelerator.current_accelerator()
+    assert pick() == (current if current is not None else torch.device("cpu"))
+
+
+# ---- batch_not_moved -----------------------------------------------------------------------------
+
+
+def test_top_level_move_is_not_enough(accelerator: torch.device) -> None:
+    """Moving the batch's top-level tensors leaves the nested ones on CPU, and the forward raises."""
+    case = registry.get("batch_not_moved").case()
+    batch = next(iter(torch.utils.data.DataLoader(case.NestedPairs(), batch_size=4)))
+    top_level = {k: v.to(accelerator) if torch.is_tensor(v) else v for k, v in batch.items()}
+    model = case.TwoInputNet().to(accelerator)
+    with pytest.raises(RuntimeError, match=SAME):
+        model(top_level["inputs"])
+    moved = registry.get("batch_not_moved").fix().move_to(batch, accelerator)
+    assert model(moved["inputs"]).device == accelerator
+
+
+# ---- optimizer_to --------------------------------------------------------------------------------
+
+
+def _stepped(make, device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = make(model.parameters())
+    x = torch.randn(5, 4)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    model.to(device)
+    return model, optimizer
+
+
+def test_optimizer_to_lbfgs_nested_state(accelerator: torch.device) -> None:
+    """optimizer_to moves LBFGS's lists of tensors, keeping dtypes and values."""
+    model, optimizer = _stepped(lambda p: torch.optim.LBFGS(p, history_size=3, max_iter=4), accelerator)
+    state = optimizer.state[model.weight]
+    before = {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in state.items()}
+    assert optimizer_to(optimizer) is optimizer
+    for key, value in state.items():
+        for old, new in zip(before[key] if isinstance(value, list) else [before[key]],
+                            value if isinstance(value, list) else [value]):
+            if torch.is_tensor(new):
+                assert new.device.type == accelerator.type, key
+                assert new.dtype == old.dtype
+                assert torch.equal(new.cpu(), old.cpu())
+
+
+def test_optimizer_to_keeps_sharing_and_is_idempotent(accelerator: torch.device) -> None:
+    """A tensor shared by two state entries stays shared; a second call changes nothing."""
+    model, optimizer = _stepped(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), accelerator)
+    shared = optimizer.state[model.weight]["momentum_buffer"]
+    optimizer.state[model.weight]["alias"] = shared
+    optimizer_to(optimizer)
+    state = optimizer.state[model.weight]
+    assert state["alias"] is state["momentum_buffer"]
+    assert state["momentum_buffer"].device.type == accelerator.type
+    first = {k: v for k, v in state.items()}
+    optimizer_to(optimizer)
+    assert all(state[k] is first[k] for k in first)
+
+
+def test_optimizer_to_explicit_device_and_custom_state(accelerator: torch.device) -> None:
+    """With a device argument everything goes there; custom state keys and non-tensors are handled."""
+    model, optimizer = _stepped(lambda p: torch.optim.Adam(p, lr=0.1), accelerator)
+    optimizer_to(optimizer)
+    optimizer.state[model.weight]["history"] = {"norms": (torch.ones(2), 3.0), "note": "kept"}
+    optimizer_to(optimizer, "cpu")
+    state = optimizer.state[model.weight]
+    assert state["exp_avg"].device.type == "cpu"
+    assert state["history"]["norms"][0].device.type == "cpu"
+    assert state["history"]["norms"][1] == 3.0
+    assert state["history"]["note"] == "kept"
+    optimizer_to(optimizer)
+    state = optimizer.state[model.weight]
+    assert state["exp_avg"].device == model.weight.device
+    assert state["history"]["norms"][0].device == model.weight.device
+    assert state["step"].device.type == "cpu"
