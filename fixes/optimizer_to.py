@@ -50,11 +50,14 @@ def _move(value: Any, device: torch.device, moved: dict[int, torch.Tensor]) -> A
         if id(value) not in moved:
             moved[id(value)] = value.to(device)  # no copy when it is already there
         return moved[id(value)]
-    if isinstance(value, list):
-        return [_move(v, device, moved) for v in value]
-    if isinstance(value, tuple):
-        return type(value)(*(_move(v, device, moved) for v in value)) if hasattr(value, "_fields") \
-            else tuple(_move(v, device, moved) for v in value)
     if isinstance(value, dict):
-        return {k: _move(v, device, moved) for k, v in value.items()}
+        items = {k: _move(v, device, moved) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, (list, tuple)):
+        items = [_move(v, device, moved) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value  # nothing moved: keep the very container (a second call changes nothing)
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value

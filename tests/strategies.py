@@ -1,0 +1,108 @@
+"""Hypothesis strategies for optimizer state layouts: every torch.optim optimizer with its flags,
+param groups, frozen and tied parameters, zero or more steps before the checkpoint, partial
+migrations of the state, and dtypes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import strategies as st
+from torch import nn
+
+# optimizer -> the flags it may take (each drawn independently where legal together)
+FLAGS: dict[str, dict[str, st.SearchStrategy]] = {
+    "SGD": {"momentum": st.sampled_from([0.0, 0.9]), "nesterov": st.booleans(), "maximize": st.booleans()},
+    "Adam": {"amsgrad": st.booleans(), "maximize": st.booleans()},
+    "AdamW": {"amsgrad": st.booleans(), "maximize": st.booleans()},
+    "Adagrad": {"maximize": st.booleans()},
+    "Adadelta": {"maximize": st.booleans()},
+    "Adamax": {"maximize": st.booleans()},
+    "ASGD": {"maximize": st.booleans()},
+    "NAdam": {"maximize": st.booleans()},
+    "RAdam": {"maximize": st.booleans()},
+    "RMSprop": {"centered": st.booleans(), "momentum": st.sampled_from([0.0, 0.9]), "maximize": st.booleans()},
+    "Rprop": {"maximize": st.booleans()},
+    "Adafactor": {"maximize": st.booleans()},
+    "LBFGS": {"history_size": st.integers(1, 4)},
+}
+# which implementation: PyTorch allows fused for these and capturable for those (on an accelerator)
+FUSED = {"SGD", "Adam", "AdamW", "Adagrad"}
+CAPTURABLE = {"Adam", "AdamW", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
+LR = {"SGD": 0.05, "Adagrad": 0.05, "Adadelta": 0.5, "Rprop": 0.01, "LBFGS": 0.2, "Adafactor": 0.01}
+
+
+@dataclass(frozen=True)
+class Layout:
+    optimizer: str
+    flags: dict[str, object]
+    dtype: torch.dtype
+    groups: int
+    frozen: bool
+    tied: bool
+    steps_before: int
+    migrate_mask: int  # bit i set: the i-th state tensor is already on the device before the fix
+    kwargs: dict[str, object] = field(default_factory=dict)
+
+    def make_optimizer(self, params: list[list[nn.Parameter]], *, on_cpu: bool = False) -> torch.optim.Optimizer:
+        cls = getattr(torch.optim, self.optimizer)
+        flags = dict(self.flags)
+        if on_cpu:
+            flags.pop("capturable", None)  # PyTorch refuses capturable on CPU; numerics are the same
+            if flags.get("fused") and self.optimizer == "SGD":
+                flags.pop("fused")
+        if self.optimizer == "LBFGS":
+            return cls([p for group in params for p in group], lr=LR["LBFGS"], **flags)
+        groups = [{"params": group, "lr": LR.get(self.optimizer, 0.01) * (1 + i)} for i, group in enumerate(params)]
+        return cls(groups, **flags)
+
+
+class FuzzNet(nn.Module):
+    def __init__(self, *, tied: bool, frozen: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(3, 4)
+        self.b = nn.Linear(4, 4)
+        self.c = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+        if tied:
+            self.c.weight = self.b.weight  # one Parameter in two modules
+        if frozen:
+            self.a.bias.requires_grad_(False)
+        self.to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))))
+
+    def param_groups(self, n: int) -> list[list[nn.Parameter]]:
+        params = list(self.parameters())  # tied parameters appear once
+        return [params[i::n] for i in range(n) if params[i::n]]
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> Layout:
+    name = draw(st.sampled_from(sorted(FLAGS)))
+    flags = {k: draw(v) for k, v in FLAGS[name].items()}
+    if name == "SGD" and flags["momentum"] == 0.0:
+        flags["nesterov"] = False  # PyTorch: nesterov needs momentum
+    implementation = draw(st.sampled_from(
+        ["default", "for_loop"] + (["fused"] if name in FUSED else []) + (["capturable"] if name in CAPTURABLE else [])
+    ))
+    if name != "LBFGS":
+        if implementation == "for_loop":
+            flags["foreach"] = False
+        elif implementation in ("fused", "capturable"):
+            flags[implementation] = True
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    if implementation == "fused" and name == "Adagrad":
+        dtype = torch.float32
+    return Layout(
+        optimizer=name,
+        flags=flags,
+        dtype=dtype,
+        groups=1 if name == "LBFGS" else draw(st.integers(1, 3)),
+        frozen=draw(st.booleans()),
+        tied=draw(st.booleans()),
+        steps_before=draw(st.integers(0, 2)),
+        migrate_mask=draw(st.integers(0, 2**12 - 1)),
+    )

@@ -1,0 +1,175 @@
+"""Properties over fuzzed optimizer state layouts, on the emulated device, checked against CPU.
+
+Profiles: `ci` (the default under CI=true), `dev`, `deep` (HYPOTHESIS_PROFILE=deep) in conftest.py.
+"""
+
+from __future__ import annotations
+
+import io
+
+import torch
+from hypothesis import given, note
+
+from samedevice import audit, emulator, registry
+from tests.strategies import FuzzNet, Layout, layouts
+
+optimizer_to = registry.helper("optimizer_to").optimizer_to
+DEVICE = emulator.device()
+STEPS_TOTAL = 4
+
+
+def _train(model: FuzzNet, optimizer: torch.optim.Optimizer, steps: range, device: torch.device) -> None:
+    g = torch.Generator().manual_seed(3)
+    data = [torch.randn(5, 3, generator=g) for _ in range(STEPS_TOTAL)]
+    for i in steps:
+        x = data[i].to(device=device, dtype=next(model.parameters()).dtype)
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+
+
+def _model(layout: Layout) -> FuzzNet:
+    return FuzzNet(tied=layout.tied, frozen=layout.frozen, dtype=layout.dtype)
+
+
+def _checkpoint(layout: Layout) -> dict:
+    """The optimizer state after `steps_before` steps on the device, as a CPU host reads it back."""
+    model = _model(layout).to(DEVICE)
+    optimizer = layout.make_optimizer(model.param_groups(layout.groups))
+    _train(model, optimizer, range(layout.steps_before), DEVICE)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
+    buf.seek(0)
+    return torch.load(buf, map_location="cpu", weights_only=True)
+
+
+def _reference(layout: Layout) -> dict[str, torch.Tensor]:
+    model = _model(layout)
+    optimizer = layout.make_optimizer(model.param_groups(layout.groups), on_cpu=True)
+    _train(model, optimizer, range(STEPS_TOTAL), torch.device("cpu"))
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _broken_resume(layout: Layout) -> tuple[FuzzNet, torch.optim.Optimizer]:
+    """The pitfall order, then a partial migration: some state tensors already moved by hand."""
+    checkpoint = _checkpoint(layout)
+    model = _model(layout)
+    optimizer = layout.make_optimizer(model.param_groups(layout.groups))
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    model.to(DEVICE)
+    i = 0
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                if layout.migrate_mask >> i & 1:
+                    state[key] = value.to(DEVICE)
+                i += 1
+    return model, optimizer
+
+
+def _rule_step_on_device(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> bool:
+    group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
+    return bool(group.get("capturable") or group.get("fused"))
+
+
+def _off_device(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+    """(key, tensor) of the state tensors not where PyTorch's rule wants them: each on its
+    parameter's device, except `step`, on CPU unless capturable or fused."""
+    off = []
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            tensors = value if isinstance(value, list) else [value]
+            for t in tensors:
+                if not torch.is_tensor(t):
+                    continue
+                if key == "step" and not _rule_step_on_device(optimizer, param):
+                    continue
+                if t.device != param.device:
+                    off.append((key, t))
+    return off
+
+
+def _must_raise(layout: Layout, off: list[tuple[str, torch.Tensor]]) -> bool:
+    """Whether a step must fail with this state off its device. Found by Hypothesis: ASGD keeps
+    training with its averaging state on CPU, because it only reads `eta` and `mu` as Python numbers
+    (`.item()`) and, while mu == 1 (the first t0 = 1e6 steps), only *copies* the parameters into
+    `ax`; a cross-device copy_ is allowed. Every other off-device state tensor is used in device
+    arithmetic, or, for a capturable/fused `step`, refused by PyTorch's own check."""
+    if layout.optimizer == "ASGD" and not layout.flags.get("capturable"):
+        off = [(k, t) for k, t in off if k not in ("eta", "mu", "ax")]
+    return bool(off)
+
+
+def _assert_matches(model: FuzzNet, expected: dict[str, torch.Tensor]) -> None:
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value.cpu(), expected[key], rtol=1e-4, atol=1e-5, msg=lambda m, k=key: f"{k}: {m}")
+
+
+@given(layouts())
+def test_broken_resume_raises_iff_state_is_off_device(layout: Layout) -> None:
+    """The broken resume raises exactly when a state tensor is off its parameter's device, and the
+    audit names exactly those tensors."""
+    model, optimizer = _broken_resume(layout)
+    off = _off_device(optimizer)
+    found = audit.misplaced(DEVICE, model=model, optimizer=optimizer)
+    note(f"off device: {[k for k, _ in off]}; audit: {[m.path for m in found]}")
+    assert len(found) == len(off)
+    try:
+        _train(model, optimizer, range(layout.steps_before, STEPS_TOTAL), DEVICE)
+        raised = None
+    except (RuntimeError, AssertionError) as e:
+        raised = e
+    note(f"raised: {raised!r}")
+    assert (raised is not None) == _must_raise(layout, off)
+
+
+@given(layouts())
+def test_fixes_match_the_cpu_run(layout: Layout) -> None:
+    """The fixed order and optimizer_to after the broken one both continue exactly like an
+    uninterrupted CPU run."""
+    expected = _reference(layout)
+    checkpoint = _checkpoint(layout)
+    model = _model(layout).to(DEVICE)  # the fixed order: move, build, load
+    optimizer = layout.make_optimizer(model.param_groups(layout.groups))
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    _train(model, optimizer, range(layout.steps_before, STEPS_TOTAL), DEVICE)
+    _assert_matches(model, expected)
+
+    model, optimizer = _broken_resume(layout)
+    optimizer_to(optimizer)
+    assert _off_device(optimizer) == []
+    _train(model, optimizer, range(layout.steps_before, STEPS_TOTAL), DEVICE)
+    _assert_matches(model, expected)
+
+
+@given(layouts())
+def test_optimizer_to_is_idempotent_and_keeps_values(layout: Layout) -> None:
+    """optimizer_to keeps dtypes, values and sharing, follows the step rule, and a second call
+    changes nothing."""
+    _, optimizer = _broken_resume(layout)
+    for state in optimizer.state.values():
+        for key in [k for k, v in state.items() if torch.is_tensor(v) and k != "step"][:1]:
+            state["alias_of_" + key] = state[key]  # sharing to keep
+    before = {(id(p), k): (v.dtype, v.cpu().clone()) for p, s in optimizer.state.items()
+              for k, v in s.items() if torch.is_tensor(v)}
+    optimizer_to(optimizer)
+    assert _off_device(optimizer) == []
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            if not torch.is_tensor(value):
+                continue
+            dtype, values = before[(id(param), key)]
+            assert value.dtype == dtype
+            assert torch.equal(value.cpu(), values)
+            if key.startswith("alias_of_"):
+                assert value is state[key.removeprefix("alias_of_")]
+    placed = {(id(p), k): v for p, s in optimizer.state.items() for k, v in s.items()}
+    optimizer_to(optimizer)
+    assert all(v is placed[(id(p), k)] for p, s in optimizer.state.items() for k, v in s.items())
