@@ -10,12 +10,12 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest_plugins = ["pytester"]  # tests/test_audit_hook.py runs an inner session
-
 from hypothesis import HealthCheck, settings
 
-from samedevice import audit, devices, registry
+from samedevice import audit, devices, emulator, registry
 from tests.helpers import LESSONS
+
+pytest_plugins = ["pytester"]  # tests/test_audit_hook.py runs an inner session
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -48,6 +48,10 @@ def _names(config: pytest.Config, option: str) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Register the emulated backend before any test runs a backward pass: PyTorch's autograd engine
+    # sizes its per-device queues at the first backward of the process (see samedevice/emulator.py).
+    if emulator.unavailable_reason() is None:
+        emulator.device()
     selected = _names(config, "devices") or devices.present()
     required = _names(config, "require")
     for name in required:

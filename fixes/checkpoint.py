@@ -20,9 +20,12 @@ read from the file as they are copied, not held in memory twice). It checks ever
 against the model and optimizer, and applies it only if all of it fits: the model moved to `device`
 first, its state copied into the existing parameters (the optimizer keeps pointing at them), then
 the optimizer state, which PyTorch casts to each parameter's device (`step` stays on CPU unless the
-group is capturable or fused), then the RNG state, from a CPU tensor. Every problem is one
-`CheckpointError` naming the file and the key; after one, the model and optimizer are as they were.
-A missing file is not a bad checkpoint: it raises FileNotFoundError.
+group is capturable or fused), then the RNG state, from a CPU tensor. The optimizer takes the
+checkpoint's hyperparameters, `capturable` and `fused` included: load_state_dict keeps only each
+group's params, so an Adam built with capturable=True resumes a plain Adam's checkpoint as plain.
+
+Every problem is one `CheckpointError` naming the file and the key; after one, the model and
+optimizer are as they were. A missing file is not a bad checkpoint: it raises FileNotFoundError.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import re
 import tempfile
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +150,7 @@ def _mode_for(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o7777  # replacing a checkpoint keeps its permissions
     except FileNotFoundError:
-        umask = os.umask(0)
+        umask = os.umask(0)  # the umask can only be read by setting it
         os.umask(umask)
         return 0o666 & ~umask
 
@@ -351,9 +354,11 @@ def _apply(
     device: torch.device | str | None,
 ) -> None:
     """Apply a checked checkpoint; if anything still fails, put everything back and raise."""
-    # The snapshot: model values copied to CPU, the model's device, and the optimizer's own state
-    # and groups (load_state_dict replaces those two objects, it never writes into them).
+    # The snapshot: model values copied to CPU, the model's Parameter objects and device, and the
+    # optimizer's own state and groups (load_state_dict replaces those two, it never writes into them).
     model_before = _copy_tensors(model.state_dict(), to="cpu")
+    params_before = [(module, name, param) for module in model.modules()
+                     for name, param in module.named_parameters(recurse=False)]
     devices_before = {t.device for t in (*model.parameters(), *model.buffers())}
     optimizer_before = (optimizer.state, optimizer.param_groups) if optimizer is not None else None
     rng_before = torch.get_rng_state()
@@ -361,6 +366,8 @@ def _apply(
     try:
         if device is not None:
             model.to(device)  # first: the optimizer state is cast to where the params are when it loads
+            if optimizer is not None:
+                _check_still_held(params_before, optimizer)
         model.load_state_dict(checkpoint["model"])  # copies into the existing params, which the optimizer holds
         if optimizer is not None:
             stage = "optimizer"
@@ -372,8 +379,12 @@ def _apply(
             for index, state in enumerate(checkpoint["rng"]["cuda"][: torch.cuda.device_count()]):
                 torch.cuda.set_rng_state(state.cpu(), index)
     except Exception as e:
+        for module, name, param in params_before:
+            if getattr(module, name) is not param:
+                setattr(module, name, param)  # model.to made a new Parameter: put the original back
         if device is not None and len(devices_before) == 1:
-            model.to(next(iter(devices_before)))
+            with _swapping_params():
+                model.to(next(iter(devices_before)))
         model.load_state_dict(model_before)
         if optimizer is not None and optimizer_before is not None:
             optimizer.state, optimizer.param_groups = optimizer_before
@@ -381,6 +392,35 @@ def _apply(
         raise CheckpointError(
             path, stage, f"could not be applied ({type(e).__name__}: {e}); the model and optimizer are as they were"
         ) from e
+
+
+def _check_still_held(params_before: list[tuple[torch.nn.Module, str, Any]], optimizer: torch.optim.Optimizer) -> None:
+    # model.to keeps each Parameter object (it sets .data or swaps contents) unless
+    # torch.__future__.set_overwrite_module_params_on_conversion(True) is on: then the optimizer
+    # would be left holding the old parameters and silently never train the model.
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for module, name, param in params_before:
+        if getattr(module, name) is not param and id(param) in held:
+            raise RuntimeError(
+                f"model.to(device) replaced the Parameter {name!r} of {type(module).__name__} "
+                "(torch.__future__.set_overwrite_module_params_on_conversion is on), so the optimizer holds "
+                "the old one; build the optimizer after moving the model, or turn that flag off"
+            )
+
+
+@contextlib.contextmanager
+def _swapping_params() -> Iterator[None]:
+    """module.to swaps tensor contents, so every Parameter object stays the one the optimizer holds.
+
+    A plain .to keeps them too when both devices are plain tensors (CUDA to CPU), but makes new ones
+    when leaving a tensor-subclass device for CPU (torch/nn/modules/module.py, _apply).
+    """
+    previous = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        yield
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(previous)
 
 
 def _unmap(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:

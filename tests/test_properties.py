@@ -24,7 +24,7 @@ def _train(model: FuzzNet, optimizer: torch.optim.Optimizer, steps: range, devic
     for i in steps:
         x = data[i].to(device=device, dtype=next(model.parameters()).dtype)
 
-        def closure() -> torch.Tensor:
+        def closure(x: torch.Tensor = x) -> torch.Tensor:
             optimizer.zero_grad()
             loss = model(x).pow(2).mean()
             loss.backward()
@@ -96,12 +96,13 @@ def _off_device(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tenso
 
 
 def _must_raise(layout: Layout, off: list[tuple[str, torch.Tensor]]) -> bool:
-    """Whether a step must fail with this state off its device. Found by Hypothesis: ASGD keeps
-    training with its averaging state on CPU, because it only reads `eta` and `mu` as Python numbers
-    (`.item()`) and, while mu == 1 (the first t0 = 1e6 steps), only *copies* the parameters into
-    `ax`; a cross-device copy_ is allowed. Every other off-device state tensor is used in device
-    arithmetic, or, for a capturable/fused `step`, refused by PyTorch's own check."""
-    if layout.optimizer == "ASGD" and not layout.flags.get("capturable"):
+    """Whether a step must fail with this state off its device. Found by Hypothesis: ASGD's for-loop
+    implementation (foreach=False) keeps training with its averaging state on CPU, because it reads
+    `eta` and `mu` as Python numbers (`.item()`) and, while mu == 1 (the first t0 = 1e6 steps), only
+    *copies* the parameters into `ax`, and a cross-device copy_ is allowed. Its foreach
+    implementation (the accelerator default) does raise. Every other off-device state tensor is used
+    in device arithmetic, or, for a capturable/fused `step`, refused by PyTorch's own check."""
+    if layout.optimizer == "ASGD" and layout.flags.get("foreach") is False and not layout.flags.get("capturable"):
         off = [(k, t) for k, t in off if k not in ("eta", "mu", "ax")]
     return bool(off)
 
