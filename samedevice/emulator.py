@@ -15,6 +15,11 @@ How it works, in numbered sections (after albanD/subclass_zoo's new_device.py):
 5. ops that move data between devices (`_to_copy`, `copy_`, `set_`), which CUDA allows across devices;
 6. serialization: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
+
+Known departures from CUDA (each pinned by a test): register (`device()`) before the process's first
+backward, since PyTorch sizes its autograd device queues then; backward works on emulated:0 only (the
+Python device guard PyTorch provides reports one device); moving a module back to CPU creates new
+Parameters; sparse tensors are refused.
 """
 
 from __future__ import annotations

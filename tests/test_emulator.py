@@ -434,3 +434,39 @@ def test_transformers_forward_and_generate() -> None:
                                           do_sample=False).cpu(), generated)
         with pytest.raises(RuntimeError, match=SAME):
             model(ids)
+
+
+# ---- known departures from CUDA, pinned so that a change shows -------------------------------
+
+
+def test_moving_back_to_cpu_replaces_parameters() -> None:
+    """Departure: module.to('cpu') from the emulated device creates new Parameters (CUDA keeps them);
+    with PyTorch's swap-on-conversion flag the identity is kept."""
+    model = torch.nn.Linear(2, 2).to(emulator.device())
+    weight = model.weight
+    model.to("cpu")
+    assert model.weight is not weight
+    model.to(emulator.device())
+    weight = model.weight
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to("cpu")
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
+    assert model.weight is weight
+    assert model.weight.device.type == "cpu"
+
+
+def test_backward_on_the_second_index_is_refused() -> None:
+    """Departure: backward on emulated:1 fails inside PyTorch's autograd engine (one device queue)."""
+    w = torch.ones(2, device=emulator.device(1), requires_grad=True)
+    with pytest.raises(RuntimeError, match="device_ready_queues_"):
+        (w * 2).sum().backward()
+
+
+def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:
+    """An op the emulator has no kernel for raises, naming the op and the device, never computing elsewhere."""
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::from_file' with arguments from the 'emulated'"):
+        torch.from_file(str(empty), size=0, device=emulator.device())

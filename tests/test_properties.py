@@ -95,13 +95,18 @@ def _off_device(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tenso
     return off
 
 
-def _must_raise(layout: Layout, off: list[tuple[str, torch.Tensor]]) -> bool:
-    """Whether a step must fail with this state off its device. Found by Hypothesis: ASGD's for-loop
-    implementation (foreach=False) keeps training with its averaging state on CPU, because it reads
-    `eta` and `mu` as Python numbers (`.item()`) and, while mu == 1 (the first t0 = 1e6 steps), only
-    *copies* the parameters into `ax`, and a cross-device copy_ is allowed. Its foreach
-    implementation (the accelerator default) does raise. Every other off-device state tensor is used
-    in device arithmetic, or, for a capturable/fused `step`, refused by PyTorch's own check."""
+def _must_raise(layout: Layout, optimizer: torch.optim.Optimizer, off: list[tuple[str, torch.Tensor]]) -> bool:
+    """Whether the next step must fail with this state off its device: every off-device state tensor
+    takes part in device arithmetic (or, for a capturable/fused `step`, PyTorch's own check refuses
+    it), except where an optimizer never reads it. Hypothesis found those exceptions:
+    - ASGD's for-loop implementation (foreach=False) reads `eta` and `mu` as Python numbers and,
+      while mu == 1 (its first t0 = 1e6 steps), only copies the parameters into `ax` (a cross-device
+      copy_ is allowed). Its foreach implementation, the accelerator default, does raise.
+    LBFGS is not covered by this equivalence (its test checks one direction only): it reads its
+    history (`old_dirs`, `old_stps`, `ro`) only when the curvature test of the current iteration
+    fails to refresh it, and a full history drops its oldest entry first, so whether CPU history
+    raises depends on the data. Hypothesis found both outcomes.
+    """
     if layout.optimizer == "ASGD" and layout.flags.get("foreach") is False and not layout.flags.get("capturable"):
         off = [(k, t) for k, t in off if k not in ("eta", "mu", "ax")]
     return bool(off)
@@ -114,20 +119,25 @@ def _assert_matches(model: FuzzNet, expected: dict[str, torch.Tensor]) -> None:
 
 @given(layouts())
 def test_broken_resume_raises_iff_state_is_off_device(layout: Layout) -> None:
-    """The broken resume raises exactly when a state tensor is off its parameter's device, and the
-    audit names exactly those tensors."""
+    """The broken resume raises exactly when a state tensor the next step reads is off its
+    parameter's device, and the audit names every off-device state tensor."""
     model, optimizer = _broken_resume(layout)
     off = _off_device(optimizer)
+    must_raise = _must_raise(layout, optimizer, off)
     found = audit.misplaced(DEVICE, model=model, optimizer=optimizer)
     note(f"off device: {[k for k, _ in off]}; audit: {[m.path for m in found]}")
-    assert len(found) == len(off)
+    named = [eval(m.path, {}, {"model": model, "optimizer": optimizer}) for m in found]  # paths are code
+    assert sorted(map(id, named)) == sorted(id(t) for _, t in off)
     try:
         _train(model, optimizer, range(layout.steps_before, STEPS_TOTAL), DEVICE)
         raised = None
     except (RuntimeError, AssertionError) as e:
         raised = e
     note(f"raised: {raised!r}")
-    assert (raised is not None) == _must_raise(layout, off)
+    if layout.optimizer == "LBFGS":
+        assert raised is None or off  # it raises only when something is off its device
+    else:
+        assert (raised is not None) == must_raise
 
 
 @given(layouts())
@@ -188,7 +198,7 @@ def _state_equal(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> None:
     floating dtype."""
     assert _off_device(b) == []
     assert len(a.state) == len(b.state)
-    for (pa, sa), (pb, sb) in zip(a.state.items(), b.state.items()):
+    for (_, sa), (pb, sb) in zip(a.state.items(), b.state.items()):
         assert sa.keys() == sb.keys()
         for key in sa:
             va, vb = sa[key], sb[key]
