@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from samedevice import audit, devices, emulator, registry
 from tests.helpers import LESSONS
 
-pytest_plugins = ["pytester"]  # tests/test_audit_hook.py runs an inner session
+pytest_plugins = ["pytester"]  # tests/test_pytest_plugin.py runs inner sessions
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
