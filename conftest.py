@@ -71,8 +71,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", selected, indirect=True, ids=selected)
     if "accelerator" in metafunc.fixturenames:
-        accelerators = [n for n in selected if n != "cpu"]
+        # none selected or present: still list the emulated one, whose fixture skips saying why
+        accelerators = [n for n in selected if n != "cpu"] or ["emulated"]
         metafunc.parametrize("accelerator", accelerators, indirect=True, ids=accelerators)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = emulator.unavailable_reason()
+    if reason:
+        for item in items:
+            if item.get_closest_marker("emulator"):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _device(request: pytest.FixtureRequest) -> torch.device:

@@ -81,6 +81,16 @@ class _DeviceModule:
     def get_amp_supported_dtype() -> list[torch.dtype]:
         return [torch.float16, torch.bfloat16]
 
+    @staticmethod
+    def device(dev: Any) -> Any:
+        # torch.cuda.device(i) switches the current device; PyTorch enters it before allocating a
+        # storage on the device (UntypedStorage.to, a map_location callable's `storage.to(...)`),
+        # which the emulator cannot do: its data lives in CPU tensors, not in storages of its own.
+        raise NotImplementedError(
+            f"emulated accelerator: storages cannot be moved to {NAME} devices (UntypedStorage.to); "
+            f"load with map_location='{NAME}:N' or a dict such as {{'cpu': '{NAME}:1'}} instead"
+        )
+
 
 _registered = False
 _libs: list[torch.library.Library] = []
@@ -304,6 +314,10 @@ class EmulatedTensor(torch.Tensor):
     def __reduce_ex__(self, proto: Any) -> Any:
         return _reduce(self)
 
+    def tolist(self) -> Any:  # type: ignore[override]
+        # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
+        return self.elem.tolist()
+
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
         cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
@@ -377,6 +391,10 @@ def _leaves(x: Any, out: list[Any]) -> list[Any]:
 
 def _run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
     cpu_args, cpu_kwargs = _map(_unwrap, (args, kwargs))
+    if kwargs.get("device") is not None:
+        # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
+        index = _emulated_index(torch.device(kwargs["device"]))
+        cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
     same: dict[int, EmulatedTensor] = {}
     if func._schema.is_mutable:
@@ -390,7 +408,7 @@ def _run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
 def _wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
 
     def wrap(t: Any) -> Any:
-        if not isinstance(t, torch.Tensor) or index is None:
+        if not isinstance(t, torch.Tensor) or isinstance(t, EmulatedTensor) or index is None:
             return t
         if id(t) in same:
             orig = same[id(t)]
@@ -500,7 +518,7 @@ def _check_devices(func: Any, args: Any, kwargs: Any) -> int | None:
     """Raise CUDA's error for tensors on two devices; return the emulated index the op runs on."""
     plan = _plan(func)
     if plan.rule == "foreach":
-        return _check_foreach(args, kwargs)
+        return _check_foreach(func, args, kwargs)
     def value(name: str, i: int) -> Any:
         return args[i] if i < len(args) else kwargs.get(name)
 
@@ -509,11 +527,16 @@ def _check_devices(func: Any, args: Any, kwargs: Any) -> int | None:
     if plan.rule == "iterator":
         in_tensors = _tensors([v for _, v in inputs])
         out_tensors = _tensors([v for _, v in outputs])
-        # BINARY_OP_CONFIG and the comparison config allow one CPU scalar; unary/ternary ones do not
+        # BINARY_OP_CONFIG, BINARY_FLOAT_OP_CONFIG and the comparison config allow one CPU scalar, as
+        # does lerp's config (Lerp.cpp: .allow_cpu_scalars(true)); unary and ternary ones do not.
+        allow = len(in_tensors) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
         return _check_tensor_iterator(out_tensors, [t for t in in_tensors if not any(t is o for o in out_tensors)],
-                                      allow_cpu_scalar=len(in_tensors) == 2)
+                                      allow_cpu_scalar=allow)
     written = {n for n, _ in outputs}
     return _check_common_device(func, outputs + [(n, v) for n, v in inputs if n not in written])
+
+
+_ALLOW_CPU_SCALAR = {"aten::lerp", "aten::lerp_"}
 
 
 def _check_tensor_iterator(outputs: list[torch.Tensor], inputs: list[torch.Tensor],
@@ -559,12 +582,16 @@ def _check_common_device(func: Any, operands: list[tuple[str, Any]]) -> int | No
     return _emulated_index(common)
 
 
-def _check_foreach(args: Any, kwargs: Any) -> int | None:
+def _check_foreach(func: Any, args: Any, kwargs: Any) -> int | None:
     # A foreach op whose tensors are not all on one device leaves CUDA's fast path for the slow one,
     # which runs the per-tensor op index by index (aten/src/ATen/native/ForeachOpsKernels.cpp); each
     # of those is a TensorIterator op with its own device check.
-    lists = [a for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple)) and _tensors(a)]
-    scalars = _tensors([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)])
+    # A `scalars` tensor (the .Tensor overloads, e.g. _foreach_add_(self, scalars)) holds one number per
+    # tensor and must be on CPU (convert_tensor_to_scalar_list): it is not an operand.
+    named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    values = [v for name, v in named.items() if name != "scalars"]
+    lists = [a for a in values if isinstance(a, (list, tuple)) and _tensors(a)]
+    scalars = _tensors([a for a in values if isinstance(a, torch.Tensor)])
     index = None
     for row in zip(*lists):
         row_tensors = _tensors(list(row))
@@ -641,6 +668,44 @@ def _index_put(func: Any, args: Any, kwargs: Any) -> Any:
     return _run_on_cpu(func, args, kwargs, _emulated_index(self.device))
 
 
+def _where(func: Any, args: Any, kwargs: Any) -> Any:
+    # where_self_out (aten/src/ATen/native/TensorCompare.cpp): "allow CPU scalars on non-cpu device":
+    # a 0-dim CPU condition, self or other is moved to the device first, any number of them.
+    operands = _tensors((args, kwargs))
+    out = _tensors(kwargs.get("out"))
+    rest = [t for t in operands if not (t.device.type == "cpu" and t.dim() == 0 and not any(t is o for o in out))]
+    index = _check_tensor_iterator(out, [t for t in rest if not any(t is o for o in out)], allow_cpu_scalar=False)
+    return _run_on_cpu(func, args, kwargs, index)
+
+
+def _masked_fill(func: Any, args: Any, kwargs: Any) -> Any:
+    # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu) checks self and mask itself; a 0-dim
+    # value tensor is read as a number (`value.item()`) wherever it lives.
+    self, mask, value = args[0], args[1], args[2]
+    if self.device != mask.device:
+        raise RuntimeError(
+            f"expected self and mask to be on the same device, but got mask on {mask.device} and self on {self.device}"
+        )
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        raise RuntimeError(
+            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.dim()} dimension(s)."
+        )
+    return _run_on_cpu(func, args, kwargs, _emulated_index(self.device))
+
+
+def _convolution(func: Any, args: Any, kwargs: Any) -> Any:
+    # convolution has no CUDA kernel of its own (CompositeExplicitAutograd); its composite checks the
+    # parameters' type against the input's (check_input_same_type_as_parameters, Convolution.cpp).
+    inputs, weight, bias = args[0], args[1], args[2]
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None and (param.device.type, param.dtype) != (inputs.device.type, inputs.dtype):
+            raise RuntimeError(
+                f"Input type ({inputs.type()}) and {name} type ({param.type()}) should be the same"
+            )
+    index = _check_common_device(func, [("input", inputs), ("weight", weight), ("bias", bias)])
+    return _run_on_cpu(func, args, kwargs, index)
+
+
 def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
     """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
     return func(*_map(_unwrap, args), **_map(_unwrap, kwargs))
@@ -652,6 +717,13 @@ _SPECIAL = {
     aten.set_.source_Storage_storage_offset: _set_storage,
     aten.index.Tensor: _index_tensor,
     aten.index_put_.default: _index_put,
+    aten.where.self: _where,
+    aten.where.self_out: _where,
+    aten.masked_fill_.Scalar: _masked_fill,
+    aten.masked_fill_.Tensor: _masked_fill,
+    aten.masked_fill.Scalar: _masked_fill,
+    aten.masked_fill.Tensor: _masked_fill,
+    aten.convolution.default: _convolution,
     aten.index_put.default: _index_put,
     aten._index_put_impl_.default: _index_put,
     aten._local_scalar_dense.default: _device_free,

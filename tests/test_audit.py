@@ -14,6 +14,8 @@ from torch import nn
 from samedevice import audit, emulator
 from samedevice.audit import Misplaced
 
+pytestmark = pytest.mark.emulator
+
 SAME = "Expected all tensors to be on the same device"
 CPU = torch.device("cpu")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import docs, registry
@@ -36,6 +37,7 @@ def test_page_sections(scenario: registry.Scenario) -> None:
     assert headings[:4] == ["Symptom", "Cause", "Fix", "The diff"]
 
 
+@pytest.mark.emulator
 @PAGES
 def test_page_generated_parts_are_current(scenario: registry.Scenario) -> None:
     """The error under Symptom, the diff (and the order table) are what the code gives now."""
@@ -45,6 +47,7 @@ def test_page_generated_parts_are_current(scenario: registry.Scenario) -> None:
     )
 
 
+@pytest.mark.emulator
 @PAGES
 def test_page_symptom_quotes_an_error(scenario: registry.Scenario) -> None:
     """The Symptom section quotes the error the emulated device raised, or says nothing raised."""
@@ -57,6 +60,7 @@ def test_page_symptom_quotes_an_error(scenario: registry.Scenario) -> None:
         assert error in _blocks(symptom, "text")[0]
 
 
+@pytest.mark.emulator
 @PAGES
 def test_page_code_blocks_run(scenario: registry.Scenario) -> None:
     """Every python block on the page runs as written (the blocks assert what they show)."""

@@ -16,6 +16,8 @@ from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import devices, emulator
 
+pytestmark = pytest.mark.emulator
+
 SAME = "Expected all tensors to be on the same device"
 Op = Callable[[torch.device, Callable[[], torch.device]], object]
 
@@ -52,6 +54,12 @@ RULE_CASES = [
     Case("index_put_cpu_values", op=lambda d, s: ones(d, 4, 2).index_put_((torch.tensor([1]),), torch.ones(1, 2)), raises=SAME),
     Case("setitem_basic_cpu_value", op=lambda d, s: ones(d, 2, 3).__setitem__(0, torch.zeros(3)), raises=None),
     Case("where_cpu_condition", op=lambda d, s: torch.where(torch.tensor([True, False, True]), ones(d), ones(d)), raises=SAME),
+    Case("where_cpu_0dim_operands", op=lambda d, s: torch.where(ones(d) > 0, torch.tensor(1.0), torch.tensor(0.0)), raises=None),
+    Case("lerp_cpu_0dim_weight", op=lambda d, s: torch.lerp(ones(d), ones(d) * 3, torch.tensor(0.5)), raises=None),
+    Case("masked_fill_cpu_0dim_value", op=lambda d, s: ones(d).masked_fill(ones(d) > 0, torch.tensor(2.0)), raises=None),
+    Case("masked_fill_cpu_mask", op=lambda d, s: ones(d).masked_fill(torch.tensor([True, False, True]), 2.0), raises="expected self and mask to be on the same device, but got mask on cpu and self on {d}"),
+    Case("conv2d_cpu_input", op=lambda d, s: F.conv2d(torch.ones(1, 1, 2, 2), ones(d, 1, 1, 1, 1)), raises="Input type (torch.FloatTensor) and weight type"),
+    Case("foreach_addcmul_cpu_scalars_list", op=lambda d, s: torch._foreach_addcmul_([ones(d)], [ones(d)], [ones(d)], torch.tensor([2.0])), raises=None),
     Case("copy_from_cpu", op=lambda d, s: ones(d).copy_(torch.arange(3.0)), raises=None),
     Case("to_cpu_and_back", op=lambda d, s: ones(d).cpu().to(d), raises=None),
     Case("add_two_accelerators", op=lambda d, s: ones(d) + ones(s()), raises=f"{SAME}, but found at least two devices, {{d}} and {{s}}!"),
@@ -77,8 +85,15 @@ def test_device_rule(op: Op, raises: str | None, accelerator: torch.device) -> N
     second = lambda: second_device(accelerator)  # noqa: E731
     if raises is None:
         result = op(accelerator, second)
+        expected = op(torch.device("cpu"), lambda: torch.device("cpu"))  # the same op, all on CPU
         if isinstance(result, torch.Tensor):
             assert result.device == accelerator
+            torch.testing.assert_close(result.cpu(), expected)
+        elif isinstance(result, list):
+            for got, want in zip(result, expected):
+                torch.testing.assert_close(got.cpu(), want)
+        else:
+            assert result == expected
         return
     pattern = raises.format(d=accelerator, s=f"{accelerator.type}:1")
     with pytest.raises(RuntimeError, match=_literal(pattern)):
@@ -470,3 +485,52 @@ def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     with pytest.raises(NotImplementedError, match=r"Could not run 'aten::from_file' with arguments from the 'emulated'"):
         torch.from_file(str(empty), size=0, device=emulator.device())
+
+
+def test_pinned_memory_is_unavailable_once_registered() -> None:
+    """Departure: with the emulator registered, pin_memory() (and DataLoader(pin_memory=True)) fail:
+    PyTorch asks the PrivateUse1 hooks for a pinned allocator, which Python hooks cannot provide."""
+    with pytest.raises(NotImplementedError, match="getPinnedMemoryAllocator"):
+        torch.ones(2).pin_memory()
+
+
+def test_set_data_across_devices_is_refused() -> None:
+    """Departure: `param.data = param.data.to(emulated)` fails (CUDA allows it); use module.to or
+    rebuild the parameter."""
+    param = torch.nn.Parameter(torch.ones(2))
+    with pytest.raises(RuntimeError, match="incompatible tensor type"):
+        param.data = param.data.to(emulator.device())
+
+
+def test_storages_cannot_move_to_the_device() -> None:
+    """Departure: a map_location callable that moves storages (`storage.to(...)`) fails with a clear
+    message; map_location strings, devices and dicts work."""
+    with pytest.raises(NotImplementedError, match="storages cannot be moved to emulated devices"):
+        torch.load(_saved(torch.ones(2)), map_location=lambda s, loc: s.to(device=emulator.device(1)),
+                   weights_only=True)
+
+
+def test_random_numbers_come_from_the_cpu_generator() -> None:
+    """Departure: emulated random draws use (and advance) the CPU generator; CUDA has its own per
+    device, and refuses a CPU generator."""
+    torch.manual_seed(7)
+    on_device = torch.randn(3, device=emulator.device()).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(on_device, torch.randn(3))
+    assert torch.randn(2, device=emulator.device(), generator=torch.Generator()).device.type == "emulated"
+
+
+def test_torch_accelerator_prefers_the_emulator() -> None:
+    """Departure: once registered, torch.accelerator reports the emulated device even on a CUDA host
+    (PyTorch prefers a registered PrivateUse1 backend, aten/src/ATen/DeviceAccelerator.cpp)."""
+    assert torch.accelerator.current_accelerator() == torch.device("emulated")
+
+
+def test_fused_adagrad_is_accepted() -> None:
+    """Departure: Adagrad(fused=True) steps on the emulated device; on CUDA PyTorch refuses it
+    (fused Adagrad is CPU-only; _device_dtype_check_for_fused(cuda_unsupported=True))."""
+    param = torch.nn.Parameter(torch.ones(2, device=emulator.device()))
+    optimizer = torch.optim.Adagrad([param], fused=True)
+    param.sum().backward()
+    optimizer.step()
+    assert param.device.type == "emulated"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 from hypothesis import given, note
 
@@ -14,7 +15,8 @@ from samedevice import audit, emulator, registry
 from tests.strategies import FuzzNet, Layout, layouts
 
 optimizer_to = registry.helper("optimizer_to").optimizer_to
-DEVICE = emulator.device()
+pytestmark = pytest.mark.emulator
+DEVICE = emulator.device() if emulator.unavailable_reason() is None else torch.device("cpu")
 STEPS_TOTAL = 4
 
 

@@ -208,7 +208,7 @@ def test_tokenizer_partial_fixes(accelerator: torch.device) -> None:
 
 # ---- mps_device_pick -----------------------------------------------------------------------------
 
-BACKENDS = ("cuda", "mps", "xpu", "emulated")
+BACKENDS = ("cuda", "mps", "xpu", torch._C._get_privateuse1_backend_name())  # "emulated" unless taken
 
 
 @parametrize_cases(*(
