@@ -1,7 +1,7 @@
 """Two device pickers: the model goes where one says, the batches where the other says.
 
 **Symptom** (at the forward pass, on MPS, XPU and the emulated accelerator; CUDA and CPU hosts run fine):
-`RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on xpu:0 (when checking argument in method wrapper_XPU_addmm)`;
+`RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on emulated:0 (when checking argument in method wrapper_EMULATED_addmm)`;
 MPS says `RuntimeError: Placeholder storage has not been allocated on MPS device!`
 
 **Cause**: the 000 article's "方案四" picks MPS for the model, but the rest of the script still
@@ -9,8 +9,8 @@ says `"cuda" if torch.cuda.is_available() else "cpu"`. On a CUDA host both answe
 bug ships; on a Mac (or any non-CUDA accelerator) the batches stay on CPU.
 
 **Fix**: one picker for everything, asked once: `torch.accelerator.current_accelerator()` where the
-torch version has it (2.6+), else CUDA, MPS, XPU and the out-of-tree backend in turn; with an
-environment override (`PICK_DEVICE=cpu`) for debugging.
+torch version has it (2.6+; it prefers a registered out-of-tree backend), else CUDA, MPS, XPU and
+the out-of-tree backend in turn; with an environment override (`PICK_DEVICE=cpu`) for debugging.
 """
 
 import os

@@ -11,10 +11,12 @@ parameters were already moved and its state then edited by hand. PyTorch has no 
     optimizer_to(optimizer, "cpu")   # everything to one device, e.g. to free GPU memory
 
 It moves every tensor in `optimizer.state`, recursing into lists, tuples and dicts (LBFGS keeps lists
-of tensors), keeps dtypes and values, keeps tensors that were shared shared, and follows PyTorch's
-rule for `step` (torch/optim/optimizer.py, `_process_value_according_to_param_policy`): `step` lives
-on CPU unless the parameter's group is `capturable` or `fused`, where it lives with the parameter.
-Moving an already-placed optimizer again changes nothing. Returns the optimizer.
+of tensors), keeps dtypes and values, keeps tensors that were shared shared, and puts `step` where
+PyTorch's optimizers want it: on CPU (read as a number without a device sync), unless the
+parameter's group is `capturable` or `fused`, whose kernels read it on the device (this is where
+`Optimizer.load_state_dict` moves such a `step`, `_process_value_according_to_param_policy`; it
+also casts it to float32, which this helper does not: it keeps dtypes). Moving an already-placed
+optimizer again changes nothing. Returns the optimizer.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@
 
 **Cause**: a tokenizer called with `return_tensors="pt"` returns CPU tensors (`input_ids`,
 `attention_mask`, ...) in a `BatchEncoding`. Moving the model does not move them. The 000 article's
-fix moves only `input_ids`; with padding, `attention_mask` takes part in the attention too, and
-the call still fails, now inside the attention.
+fix moves only `input_ids`: the rest of the encoding still breaks a BERT-style model
+(`token_type_ids`), and passing `input_ids` alone silently drops the padding mask (transformers 5
+does move a CPU `attention_mask` itself; the docs page has the table).
 
 **Fix**: move the whole encoding: `enc = tokenizer(...).to(model.device)`. `BatchEncoding.to`
 moves every tensor in it; `model.generate(**enc)` then runs on the device as well.

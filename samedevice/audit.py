@@ -236,7 +236,7 @@ def _member(module: torch.nn.Module, registry: str, name: str, path: str) -> str
 # check, convolution's type check, MPS placeholders, indexing).
 _MISMATCH = re.compile(
     r"same device|weight type \(|Placeholder storage has not been allocated on MPS"
-    r"|to be on GPU|to have the same device"
+    r"|to be on GPU|to have the same device|same device as the indexed tensor|expected self and mask"
 )
 
 

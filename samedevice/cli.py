@@ -2,7 +2,7 @@
 
 tour   reproduces every catalogued failure and its fix on the best device present (a real GPU when
        there is one, else the emulated accelerator) and prints one row per scenario.
-list   the scenarios and their symptom on each device kind.
+list   the scenarios and the symptom of each broken module on each device kind.
 show   one scenario's lesson: symptom, cause, fix, and the diff between the broken and fixed code.
 docs   rewrite the generated parts of the docs pages from the code (--check: only report).
 """
@@ -102,8 +102,10 @@ def show(slug: str) -> int:
 
 
 def list_scenarios() -> int:
+    kinds = registry.DEVICE_KINDS
+    print(f"{'scenario':20} " + " ".join(f"{k:9}" for k in kinds) + " what breaks")
     for s in registry.SCENARIOS:
-        print(f"{s.slug:28} {s.title}")
+        print(f"{s.slug:20} " + " ".join(f"{s.symptom(k):9}" for k in kinds) + f" {s.title}")
     return 0
 
 
@@ -133,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         return list_scenarios()
     except (KeyError, RuntimeError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}; the catalog runs from a checkout of the repository (pip install -e .)",
+              file=sys.stderr)
         return 2
 
 

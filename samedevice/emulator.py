@@ -314,7 +314,7 @@ class EmulatedTensor(torch.Tensor):
     def __reduce_ex__(self, proto: Any) -> Any:
         return _reduce(self)
 
-    def tolist(self) -> Any:  # type: ignore[override]
+    def tolist(self) -> Any:
         # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
         return self.elem.tolist()
 

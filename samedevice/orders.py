@@ -57,13 +57,15 @@ def observe(order: tuple[str, ...], optimizer_name: str, device: torch.device, w
 
 
 def table(device: torch.device, workdir: Path) -> str:
-    """The table as markdown, each outcome observed on `device`."""
-    lines = ["| order | " + " | ".join(OPTIMIZERS) + " |", "|---|" + "---|" * len(OPTIMIZERS)]
+    """The table as markdown: each outcome predicted by the rule, and observed on `device`."""
+    heads = [f"{name} {what}" for name in OPTIMIZERS for what in ("predicted", "observed")]
+    lines = ["| order | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for i, order in enumerate(RESUME_ORDERS + FRESH_ORDERS):
         cells = []
-        for name in OPTIMIZERS:
+        for name, (_, eager) in OPTIMIZERS.items():
             folder = Path(workdir) / f"{i}-{name}"
             folder.mkdir(parents=True, exist_ok=True)
+            cells.append("raises" if predicted_to_raise(order, eager) else "ok")
             cells.append("raises" if observe(order, name, device, folder) else "ok")
         label = " → ".join(order) + ("" if LOAD_OPTIMIZER in order else " (fresh start)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
 SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
     # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
-    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device|Placeholder storage has not been "
-                               r"allocated on MPS device"),
+    # and convolution's composite checks the parameters' type against the input's (Convolution.cpp)
+    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"
+                               r"|Placeholder storage has not been allocated on MPS device"
+                               r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"),
     "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
     "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
     "oom": (torch.OutOfMemoryError, r"out of memory"),

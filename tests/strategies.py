@@ -25,11 +25,16 @@ FLAGS: dict[str, dict[str, st.SearchStrategy]] = {
     "Rprop": {"maximize": st.booleans()},
     "Adafactor": {"maximize": st.booleans()},
     "LBFGS": {"history_size": st.integers(1, 4)},
+    "Muon": {"nesterov": st.booleans()},
 }
-# which implementation: PyTorch allows fused for these and capturable for those (on an accelerator)
-FUSED = {"SGD", "Adam", "AdamW", "Adagrad"}
+WEIGHT_DECAY = {"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop",
+                "Adafactor", "Muon"}
+DECOUPLED = {"Adam", "NAdam", "RAdam"}  # decoupled_weight_decay
+# which implementation: PyTorch allows fused for these and capturable for those on CUDA (fused
+# Adagrad is CPU-only on CUDA builds, so it is left out although the emulator would take it)
+FUSED = {"SGD", "Adam", "AdamW"}
 CAPTURABLE = {"Adam", "AdamW", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
-LR = {"SGD": 0.05, "Adagrad": 0.05, "Adadelta": 0.5, "Rprop": 0.01, "LBFGS": 0.2, "Adafactor": 0.01}
+LR = {"SGD": 0.05, "Adagrad": 0.05, "Adadelta": 0.5, "Rprop": 0.01, "LBFGS": 0.2, "Adafactor": 0.01, "Muon": 0.02}
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class Layout:
                 flags.pop("fused")
         if self.optimizer == "LBFGS":
             return cls([p for group in params for p in group], lr=LR["LBFGS"], **flags)
+        if self.optimizer == "Muon":  # Muon takes 2-D parameters only
+            params = [[p for p in group if p.dim() == 2] for group in params]
+            params = [group for group in params if group]
         groups = [{"params": group, "lr": LR.get(self.optimizer, 0.01) * (1 + i)} for i, group in enumerate(params)]
         return cls(groups, **flags)
 
@@ -83,19 +91,21 @@ class FuzzNet(nn.Module):
 def layouts(draw: st.DrawFn) -> Layout:
     name = draw(st.sampled_from(sorted(FLAGS)))
     flags = {k: draw(v) for k, v in FLAGS[name].items()}
+    if name in WEIGHT_DECAY:
+        flags["weight_decay"] = draw(st.sampled_from([0.0, 0.01]))
+    if name in DECOUPLED:
+        flags["decoupled_weight_decay"] = draw(st.booleans())
     if name == "SGD" and flags["momentum"] == 0.0:
         flags["nesterov"] = False  # PyTorch: nesterov needs momentum
     implementation = draw(st.sampled_from(
         ["default", "for_loop"] + (["fused"] if name in FUSED else []) + (["capturable"] if name in CAPTURABLE else [])
     ))
-    if name != "LBFGS":
+    if name not in ("LBFGS", "Muon"):
         if implementation == "for_loop":
             flags["foreach"] = False
         elif implementation in ("fused", "capturable"):
             flags[implementation] = True
     dtype = draw(st.sampled_from([torch.float32, torch.float64]))
-    if implementation == "fused" and name == "Adagrad":
-        dtype = torch.float32
     return Layout(
         optimizer=name,
         flags=flags,

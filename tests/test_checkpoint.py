@@ -292,11 +292,10 @@ def test_kill_during_save_keeps_last_good_checkpoint(stage: str, tmp_path: Path)
     _, stderr = child.communicate()
     assert marker.exists(), f"the child never reached its save: {stderr}"
 
+    assert child.returncode == -9, "the child was not killed mid-save"  # it stalls inside save_checkpoint
+
     resumed = nn.Linear(4, 2)
     extra = checkpoint.resume(path, model=resumed)
-    if child.returncode == 0:  # it finished after all: then the new checkpoint, whole
-        assert extra["tag"] == "new"
-        return
     assert extra["tag"] == "old"
     assert_same(resumed.state_dict(), old.state_dict())
     leftovers = [p for p in folder.iterdir() if p != path]

@@ -12,7 +12,7 @@ from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
 from samedevice import harness, orders, registry, tiny
-from samedevice.harness import LOAD_OPTIMIZER
+from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
 from tests.helpers import assert_same_params
 
 SAME = "Expected all tensors to be on the same device"
@@ -35,7 +35,7 @@ def _resume_and_finish(scenario: str, make_optimizer, device: torch.device, work
 # ---- sgd_momentum ------------------------------------------------------------------------------
 
 
-def test_sgd_without_momentum_does_not_raise(accelerator: torch.device, tmp_path: Path) -> None:
+def test_sgd_momentum_zero_keeps_no_buffer(accelerator: torch.device, tmp_path: Path) -> None:
     """With momentum=0 SGD keeps no buffer, so the same wrong order trains fine (002 FAQ 1)."""
     def plain_sgd(params):
         return torch.optim.SGD(params, lr=harness.LR)
@@ -45,12 +45,32 @@ def test_sgd_without_momentum_does_not_raise(accelerator: torch.device, tmp_path
     assert_same_params(result, harness.reference(plain_sgd), exact=False)
 
 
-def test_sgd_rescue_with_optimizer_to(accelerator: torch.device, tmp_path: Path) -> None:
+def test_sgd_momentum_rescue_with_optimizer_to(accelerator: torch.device, tmp_path: Path) -> None:
     """The 002 article's rescue for an already-loaded optimizer, as optimizer_to, fixes the wrong order."""
     case = registry.get("sgd_momentum").case()
     result, _ = _resume_and_finish("sgd_momentum", case.make_optimizer, accelerator, tmp_path,
                                    rescue=lambda opt, dev: optimizer_to(opt))
     assert_same_params(result, case.reference(), exact=False)
+
+
+@parametrize_cases(
+    Case("foreach", flags={}, message=f"{SAME}, but found at least two devices"),
+    Case("for_loop", flags={"foreach": False}, message=f"{SAME}, but found at least two devices"),
+    Case("fused", flags={"fused": True}, message=f"{SAME}, but got momentum_buffer_list is on cpu"),
+)
+def test_sgd_momentum_message_by_implementation(flags: dict, message: str, accelerator: torch.device,
+                                                tmp_path: Path) -> None:
+    """Which error the pitfall order gives depends on SGD's implementation, not on the bug."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    if flags.get("fused") and accelerator.type not in _get_fused_kernels_supported_devices():
+        pytest.skip(f"PyTorch's fused SGD does not support {accelerator.type}")
+
+    def make(params):
+        return torch.optim.SGD(params, lr=harness.LR, momentum=0.9, **flags)
+
+    with pytest.raises(RuntimeError, match=message):
+        _resume_and_finish("sgd_momentum", make, accelerator, tmp_path)
 
 
 # ---- adam_exp_avg ------------------------------------------------------------------------------
@@ -62,7 +82,7 @@ ADAMS = parametrize_cases(*(
 
 
 @ADAMS
-def test_adam_broken_order_raises(cls, amsgrad: bool, accelerator: torch.device, tmp_path: Path) -> None:
+def test_adam_exp_avg_broken_order_raises(cls, amsgrad: bool, accelerator: torch.device, tmp_path: Path) -> None:
     """Adam and AdamW, with and without amsgrad, raise after the pitfall order."""
     def make(params):
         return cls(params, lr=harness.LR, amsgrad=amsgrad)
@@ -76,15 +96,19 @@ def test_adam_broken_order_raises(cls, amsgrad: bool, accelerator: torch.device,
     Case("capturable", flags={"capturable": True}, step_on_device=True),
     Case("fused", flags={"fused": True}, step_on_device=True),
 )
-def test_adam_step_stays_on_cpu(flags: dict, step_on_device: bool, accelerator: torch.device, tmp_path: Path) -> None:
+def test_adam_exp_avg_step_stays_on_cpu(flags: dict, step_on_device: bool, accelerator: torch.device,
+                                        tmp_path: Path) -> None:
     """After a correct resume, step is on CPU unless the optimizer is capturable or fused; optimizer_to agrees."""
     def make(params):
         return torch.optim.Adam(params, lr=harness.LR, **flags)
 
-    try:
-        make([nn.Parameter(torch.zeros(1, device=accelerator))])
-    except RuntimeError as e:
-        pytest.skip(f"{accelerator.type} does not support Adam({flags}): {e}")
+    from torch.optim.optimizer import _get_capturable_supported_devices
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    supported = {"fused": _get_fused_kernels_supported_devices(), "capturable": _get_capturable_supported_devices()}
+    for flag in flags:  # PyTorch's own lists of devices for each implementation
+        if accelerator.type not in supported[flag]:
+            pytest.skip(f"PyTorch's Adam({flag}=True) does not support {accelerator.type}")
     model = harness.new_model().to(accelerator)
     optimizer = make(model.parameters())
     harness.train(model, optimizer, harness.batches()[:2], accelerator)
@@ -102,7 +126,7 @@ def test_adam_step_stays_on_cpu(flags: dict, step_on_device: bool, accelerator: 
     assert {id(p): {k: v.device for k, v in s.items()} for p, s in optimizer.state.items()} == before
 
 
-def test_article_rescue_loop_moves_step(accelerator: torch.device, tmp_path: Path) -> None:
+def test_adam_exp_avg_article_rescue_loop_moves_step(accelerator: torch.device, tmp_path: Path) -> None:
     """The 002 article's loop moves step to the device too; training still matches the CPU run."""
     case = registry.get("adam_exp_avg").case()
 
@@ -120,8 +144,9 @@ def test_article_rescue_loop_moves_step(accelerator: torch.device, tmp_path: Pat
 
 # ---- wrong_load_order ----------------------------------------------------------------------------
 
+SHORT = {BUILD: "build", LOAD_MODEL: "model", LOAD_OPTIMIZER: "opt", TO_DEVICE: "to"}
 ORDER_CASES = parametrize_cases(*(
-    Case(f"{'-'.join(step.split()[0] for step in order)}{'' if LOAD_OPTIMIZER in order else '-fresh'}-{name}",
+    Case(f"{'-'.join(SHORT[step] for step in order)}{'' if LOAD_OPTIMIZER in order else '-fresh'}-{name.split('(')[0]}",
          order=order, optimizer=name)
     for order in orders.RESUME_ORDERS + orders.FRESH_ORDERS
     for name in orders.OPTIMIZERS
@@ -129,7 +154,8 @@ ORDER_CASES = parametrize_cases(*(
 
 
 @ORDER_CASES
-def test_load_order(order: tuple[str, ...], optimizer: str, accelerator: torch.device, tmp_path: Path) -> None:
+def test_wrong_load_order_table(order: tuple[str, ...], optimizer: str, accelerator: torch.device,
+                                tmp_path: Path) -> None:
     """Each order of the resume steps raises on an accelerator exactly when the rule predicts it."""
     _, eager = orders.OPTIMIZERS[optimizer]
     error = orders.observe(order, optimizer, accelerator, tmp_path)
@@ -140,7 +166,7 @@ def test_load_order(order: tuple[str, ...], optimizer: str, accelerator: torch.d
         assert error is None
 
 
-def test_load_order_on_cpu(tmp_path: Path) -> None:
+def test_wrong_load_order_on_cpu(tmp_path: Path) -> None:
     """On CPU no order of the resume steps fails."""
     for i, (order, name) in enumerate(itertools.product(orders.RESUME_ORDERS + orders.FRESH_ORDERS, orders.OPTIMIZERS)):
         (tmp_path / str(i)).mkdir()
@@ -150,7 +176,7 @@ def test_load_order_on_cpu(tmp_path: Path) -> None:
 # ---- bce_pos_weight ----------------------------------------------------------------------------
 
 
-def test_bce_criterion_to_fixes_it(accelerator: torch.device) -> None:
+def test_bce_pos_weight_criterion_to_fixes_it(accelerator: torch.device) -> None:
     """criterion.to(device) moves pos_weight (a buffer): the second fix matches the CPU reference."""
     def train(device: torch.device) -> dict[str, torch.Tensor]:
         model = harness.new_model().to(device)
@@ -161,7 +187,7 @@ def test_bce_criterion_to_fixes_it(accelerator: torch.device) -> None:
     assert_same_params(train(accelerator), train(torch.device("cpu")), exact=False)
 
 
-def test_bce_zero_dim_pos_weight_is_a_cpu_scalar(accelerator: torch.device) -> None:
+def test_bce_pos_weight_zero_dim_is_a_cpu_scalar(accelerator: torch.device) -> None:
     """A 0-dim CPU pos_weight passes as a CPU scalar; the 000 article's 1-element 1-D one raises."""
     logits, target = torch.zeros(4, 2, device=accelerator), torch.ones(4, 2, device=accelerator)
     loss = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(3.0))(logits, target)
@@ -173,7 +199,7 @@ def test_bce_zero_dim_pos_weight_is_a_cpu_scalar(accelerator: torch.device) -> N
 # ---- custom_loss_weight --------------------------------------------------------------------------
 
 
-def test_list_of_criteria(accelerator: torch.device, tmp_path: Path) -> None:
+def test_custom_loss_weight_list_of_criteria(accelerator: torch.device, tmp_path: Path) -> None:
     """Criteria in a plain list are skipped by .to and raise; in an nn.ModuleList they train right."""
     scenario = registry.get("custom_loss_weight")
     with pytest.raises(RuntimeError, match=SAME):
@@ -185,7 +211,7 @@ def test_list_of_criteria(accelerator: torch.device, tmp_path: Path) -> None:
 # ---- tokenizer_outputs ---------------------------------------------------------------------------
 
 
-def test_tokenizer_partial_fixes(accelerator: torch.device) -> None:
+def test_tokenizer_outputs_partial_fixes(accelerator: torch.device) -> None:
     """Moving only input_ids: fine for a mask (transformers moves it), raises with token_type_ids,
     and without the mask gives silently different logits for padded rows."""
     prompts = registry.get("tokenizer_outputs").case().PROMPTS
@@ -215,7 +241,7 @@ BACKENDS = ("cuda", "mps", "xpu", torch._C._get_privateuse1_backend_name())  # "
     Case("+".join(combo) or "none", available=set(combo))
     for r in range(len(BACKENDS) + 1) for combo in itertools.combinations(BACKENDS, r)
 ))
-def test_picker_choices(available: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mps_device_pick_choices(available: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixed picker takes CUDA, then MPS, then XPU, then the out-of-tree backend, then CPU;
     the broken batch picker knows only CUDA."""
     monkeypatch.delenv("PICK_DEVICE", raising=False)
@@ -227,20 +253,22 @@ def test_picker_choices(available: set[str], monkeypatch: pytest.MonkeyPatch) ->
     assert scenario.case().batch_device(probe) == torch.device("cuda" if "cuda" in available else "cpu")
 
 
-def test_picker_override_and_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PICK_DEVICE overrides the picker; without a probe it asks torch.accelerator."""
+def test_mps_device_pick_override_and_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PICK_DEVICE overrides the picker; without a probe it takes torch.accelerator's answer, or CPU."""
     pick = registry.get("mps_device_pick").fix().pick_device
     monkeypatch.setenv("PICK_DEVICE", "cpu")
     assert pick(lambda kind: True) == torch.device("cpu")
     monkeypatch.delenv("PICK_DEVICE")
-    current = torch.accelerator.current_accelerator()
-    assert pick() == (current if current is not None else torch.device("cpu"))
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("mps"))
+    assert pick() == torch.device("mps")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: None)
+    assert pick() == torch.device("cpu")
 
 
 # ---- batch_not_moved -----------------------------------------------------------------------------
 
 
-def test_top_level_move_is_not_enough(accelerator: torch.device) -> None:
+def test_batch_not_moved_top_level_is_not_enough(accelerator: torch.device) -> None:
     """Moving the batch's top-level tensors leaves the nested ones on CPU, and the forward raises."""
     case = registry.get("batch_not_moved").case()
     batch = next(iter(torch.utils.data.DataLoader(case.NestedPairs(), batch_size=4)))
@@ -317,3 +345,43 @@ def test_optimizer_to_explicit_device_and_custom_state(accelerator: torch.device
     assert state["exp_avg"].device == model.weight.device
     assert state["history"]["norms"][0].device == model.weight.device
     assert state["step"].device.type == "cpu"
+
+
+class SignMomentum(torch.optim.Optimizer):
+    """A custom optimizer keeping its own state layout: a tensor, a nested dict, a list, a number."""
+
+    def __init__(self, params, lr: float = 0.01) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        if closure is not None:
+            with torch.enable_grad():
+                closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["buf"] = torch.zeros_like(p)
+                    state["stats"] = {"seen": torch.zeros((), device=p.device), "history": [torch.zeros_like(p)]}
+                    state["count"] = 0
+                state["buf"].mul_(0.9).add_(p.grad.sign())
+                state["stats"]["seen"].add_(1)
+                state["stats"]["history"][0].copy_(state["buf"])
+                state["count"] += 1
+                p.add_(state["buf"], alpha=-group["lr"])
+
+
+def test_optimizer_to_custom_optimizer(accelerator: torch.device) -> None:
+    """optimizer_to moves a custom optimizer's own state layout, nested entries included."""
+    model, optimizer = _stepped(lambda p: SignMomentum(p), accelerator)
+    model(torch.ones(1, 4, device=accelerator)).sum().backward()
+    with pytest.raises(RuntimeError, match=SAME):
+        optimizer.step()
+    optimizer_to(optimizer)
+    state = optimizer.state[model.weight]
+    assert {state["buf"].device.type, state["stats"]["seen"].device.type,
+            state["stats"]["history"][0].device.type} == {accelerator.type}
+    assert state["count"] == 1
+    optimizer.step()
+    assert state["count"] == 2
