@@ -38,7 +38,7 @@ RULE_CASES = [
     Case("add_cpu_one_element_1d", op=lambda d, s: ones(d) + torch.ones(1), raises=SAME),
     Case("inplace_into_cpu_scalar", op=lambda d, s: torch.tensor(1.0).add_(ones(d, 1).squeeze()), raises=SAME),
     Case("ternary_cpu_0dim_scalar", op=lambda d, s: torch.addcmul(ones(d), ones(d), torch.tensor(2.0)), raises=SAME),
-    Case("sum_out_on_cpu", op=lambda d, s: torch.sum(ones(d, 2, 3), 0, out=torch.empty(3)), raises=SAME),
+    Case("add_out_on_cpu", op=lambda d, s: torch.add(ones(d), ones(d), out=torch.empty(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
     Case("mm_cpu_mat2", op=lambda d, s: ones(d, 2, 3) @ torch.ones(3, 2), raises=f"{SAME}, but got mat2 is on cpu, different from other tensors on {{d}}"),
     Case("mm_cpu_first", op=lambda d, s: torch.ones(2, 3) @ ones(d, 3, 2), raises=f"{SAME}, but got mat2 is on {{d}}, different from other tensors on cpu"),
     Case("linear_cpu_weight", op=lambda d, s: F.linear(ones(d, 2, 3), torch.ones(4, 3)), raises=SAME),
