@@ -117,7 +117,8 @@ def _must_raise(layout: Layout, optimizer: torch.optim.Optimizer, off: list[tupl
 
 def _assert_matches(model: FuzzNet, expected: dict[str, torch.Tensor]) -> None:
     for key, value in model.state_dict().items():
-        torch.testing.assert_close(value.cpu(), expected[key], rtol=1e-4, atol=1e-5, msg=lambda m, k=key: f"{k}: {m}")
+        tol = {"rtol": 1.6e-2, "atol": 1e-2} if value.dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-5}
+        torch.testing.assert_close(value.cpu(), expected[key], **tol, msg=lambda m, k=key: f"{k}: {m}")
 
 
 @given(layouts())
