@@ -17,3 +17,15 @@ def assert_same_params(actual: dict[str, torch.Tensor], expected: dict[str, torc
             assert torch.equal(actual[key], expected[key]), f"{key} differs from the CPU reference"
         else:
             torch.testing.assert_close(actual[key], expected[key], msg=lambda m, k=key: f"{k}: {m}")
+
+
+def closure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    """One optimizer step on the mean squared output, through a closure (LBFGS needs one)."""
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)

@@ -13,6 +13,7 @@ from torch import nn
 
 from samedevice import audit, emulator
 from samedevice.audit import Misplaced
+from tests.helpers import closure_step
 
 pytestmark = pytest.mark.emulator
 
@@ -33,15 +34,7 @@ class Net(nn.Module):
 
 
 def _step(model: nn.Module, optimizer: torch.optim.Optimizer, dev: torch.device) -> None:
-    x = torch.randn(5, 3).to(dev)
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
+    closure_step(model, optimizer, torch.randn(5, 3).to(dev))
 
 
 def _checkpoint(model: nn.Module, make: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import devices, emulator
+from tests.helpers import closure_step
 
 pytestmark = pytest.mark.emulator
 
@@ -256,13 +257,7 @@ def _steps(cls: type[torch.optim.Optimizer], flags: dict[str, bool], dev: torch.
     optimizer = cls(model.parameters(), **flags)
     x = torch.randn(6, 4).to(dev)
     for _ in range(3):
-        def closure() -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
+        closure_step(model, optimizer, x)
     return model
 
 

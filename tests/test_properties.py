@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, note
 
 from samedevice import audit, emulator, registry
+from tests.helpers import closure_step
 from tests.strategies import FuzzNet, Layout, layouts
 
 optimizer_to = registry.helper("optimizer_to").optimizer_to
@@ -25,15 +26,7 @@ def _train(model: FuzzNet, optimizer: torch.optim.Optimizer, steps: range, devic
     g = torch.Generator().manual_seed(3)
     data = [torch.randn(5, 3, generator=g) for _ in range(STEPS_TOTAL)]
     for i in steps:
-        x = data[i].to(device=device, dtype=next(model.parameters()).dtype)
-
-        def closure(x: torch.Tensor = x) -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
+        closure_step(model, optimizer, data[i].to(device=device, dtype=next(model.parameters()).dtype))
 
 
 def _model(layout: Layout) -> FuzzNet:

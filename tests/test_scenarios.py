@@ -13,7 +13,7 @@ from torch import nn
 
 from samedevice import harness, orders, registry, tiny
 from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
-from tests.helpers import assert_same_params
+from tests.helpers import assert_same_params, closure_step
 
 SAME = "Expected all tensors to be on the same device"
 optimizer_to = registry.helper("optimizer_to").optimizer_to
@@ -287,15 +287,7 @@ def _stepped(make, device: torch.device) -> tuple[nn.Module, torch.optim.Optimiz
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     optimizer = make(model.parameters())
-    x = torch.randn(5, 4)
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
+    closure_step(model, optimizer, torch.randn(5, 4))
     model.to(device)
     return model, optimizer
 
