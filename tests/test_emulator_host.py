@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.nn.functional as F
+from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import emulator
 from tests.helpers import run_python
@@ -195,3 +196,37 @@ def test_no_abort_at_exit_under_load() -> None:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(one, range(60)))
     assert failures == []
+
+
+# ---- Parameter identity across Module._apply, PyTorch's rule as CUDA gets it ------------------------
+
+def _meta_linear() -> torch.nn.Module:
+    with torch.device("meta"):
+        return torch.nn.Linear(2, 2)
+
+
+@parametrize_cases(
+    Case("to", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d), keeps=True, emulated_keeps=True),
+    Case("backend_method", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: getattr(m, d.type)(), keeps=True,
+         emulated_keeps=True),
+    Case("half_on_device", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).half(), keeps=True,
+         emulated_keeps=True),
+    Case("to_empty_from_meta", make=_meta_linear, move=lambda m, d: m.to_empty(device=d), keeps=False,
+         emulated_keeps=False),
+    # departures, pinned: CUDA keeps the Parameter (.data =), the emulator cannot (no shared TensorImpl type)
+    Case("back_to_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).to("cpu"), keeps=True,
+         emulated_keeps=False),
+    Case("to_empty_from_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to_empty(device=d), keeps=True,
+         emulated_keeps=False),
+)
+def test_parameter_identity(make, move, keeps: bool, emulated_keeps: bool, accelerator: torch.device) -> None:
+    """Each way of moving a module keeps or replaces its Parameters as CUDA does (departures pinned)."""
+    model = make()
+    weight = model.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    move(model, accelerator)
+    expected = emulated_keeps if accelerator.type == emulator.NAME else keeps
+    assert (model.weight is weight) is expected
+    assert isinstance(model.weight, torch.nn.Parameter)
+    # a replaced Parameter is one the optimizer built before never sees: it trains nothing
+    assert (optimizer.param_groups[0]["params"][0] is model.weight) is expected

@@ -32,11 +32,11 @@ class Plan(NamedTuple):
     structured: bool
 
 
-_PLANS: dict[Any, Plan] = {}
+_PLANS: dict[int, Plan] = {}  # by id(func): OpOverloads live as long as the process, and hash slowly
 
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
-    plan = _PLANS.get(func) or _plan(func)
+    plan = _PLANS.get(id(func)) or _plan(func)
     rule = plan.rule
     if rule == "direct":
         index = next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
@@ -77,7 +77,7 @@ def _plan(func: Any) -> Plan:
     found = table().get(yaml_name(func)) if func.namespace == "aten" else None
     rule = _rule(func, found, n_tensors)
     plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured))
-    _PLANS[func] = plan
+    _PLANS[id(func)] = plan
     return plan
 
 
@@ -105,6 +105,12 @@ def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
     def value(name: str, i: int) -> Any:
         return args[i] if i < len(args) else kwargs.get(name)
 
+    if plan.rule == "iterator" and not plan.outputs and not kwargs:
+        # the hot path: a functional TensorIterator op, its tensors in args
+        ins = [a for a in args if isinstance(a, torch.Tensor)]
+        if len(ins) == len(args) or not any(type(a) in (list, tuple) for a in args):
+            allow = len(ins) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
+            return check_tensor_iterator([], ins, allow_cpu_scalar=allow)
     outputs = [(n, value(n, i)) for n, i in plan.outputs]
     inputs = [(n, value(n, i)) for n, i in plan.inputs]
     if plan.rule == "iterator":
@@ -128,11 +134,16 @@ def check_tensor_iterator(outputs: list[torch.Tensor], inputs: list[torch.Tensor
     # first non-CPU operand's, outputs first; one 0-dim CPU *input* is allowed as a scalar when the
     # config allows CPU scalars (binary and comparison ops); any other operand elsewhere raises,
     # printing the common device first.
-    common = next((t.device for t in outputs + inputs if t.device.type != "cpu"), None)
+    operands = outputs + inputs if outputs else inputs
+    common = None
+    for t in operands:
+        if t.device.type != "cpu":
+            common = t.device
+            break
     if common is None:
         return None
     scalars = 1 if allow_cpu_scalar else 0
-    for t in outputs + inputs:
+    for t in operands:
         if t.device == common:
             continue
         if scalars and t.device.type == "cpu" and t.dim() == 0 and not any(t is o for o in outputs):
