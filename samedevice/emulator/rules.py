@@ -184,8 +184,13 @@ def _check_foreach(func: Any, args: Any, kwargs: Any) -> int | None:
     # tensor and must be on CPU (convert_tensor_to_scalar_list): it is not an operand.
     named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
     values = [v for name, v in named.items() if name != "scalars"]
-    lists = [a for a in values if isinstance(a, (list, tuple)) and tensors(a)]
-    scalars = tensors([a for a in values if isinstance(a, torch.Tensor)])
+    lists = [a for a in values if isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in a)]
+    scalars = [a for a in values if isinstance(a, torch.Tensor)]
+    first = next((t.device for t in lists[0] if t is not None), None) if lists else None
+    if first is not None and first.type == NAME and all(
+        t is None or t.device == first for group in (*lists, scalars) for t in group
+    ):
+        return emulated_index(first)  # all on one device: CUDA's fast path, nothing to check
     index = None
     for row in zip(*lists):
         row_tensors = tensors(list(row))
