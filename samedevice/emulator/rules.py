@@ -274,6 +274,40 @@ def _convolution(func: Any, args: Any, kwargs: Any) -> Any:
     return run_on_cpu(func, args, kwargs, index)
 
 
+_C10_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+
+
+def _fused_adam(func: Any, args: Any, kwargs: Any) -> Any:
+    # CUDA's fused Adam and AdamW take float32 params and grads with bfloat16 states, the mixed-
+    # precision path (aten/src/ATen/native/cuda/fused_adam_impl.cu and fused_adamw_impl.cu: when
+    # params[0] and exp_avgs[0] differ in dtype, validate_mixed_precision_dtypes, then
+    # FusedAdamMathFunctorMP, which computes in float32 and rounds each state back to bfloat16).
+    # CPU's fused kernel takes one dtype, so the emulator validates as CUDA does, then runs CPU's
+    # kernel on float32 copies of the states and rounds them back.
+    named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    params, grads = named["self"], named["grads"]
+    states = [named["exp_avgs"], named["exp_avg_sqs"], named["max_exp_avg_sqs"]]
+    plan = _PLANS.get(id(func)) or _plan(func)
+    if not params or params[0].dtype == states[0][0].dtype:
+        return run_on_cpu(func, args, kwargs, check_devices(func, plan, args, kwargs))
+    op_name = "Mixed-precision fused " + ("AdamW" if "adamw" in func._schema.name else "Adam")
+    for what, found, wanted in (("float32 params", params, torch.float32), ("float32 grads", grads, torch.float32),
+                                *(("bfloat16 optimizer states", s, torch.bfloat16) for s in states if s)):
+        if found[0].dtype != wanted:
+            raise RuntimeError(f"{op_name} requires {what}, got {_C10_NAMES.get(found[0].dtype, found[0].dtype)}")
+    wide = [[t.float() for t in s] for s in states]
+    names = ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+    positional = [a.name for a in func._schema.arguments][:len(args)]
+    wide_named = dict(zip(positional, args)) | kwargs | dict(zip(names, wide))
+    new_args = tuple(wide_named[n] for n in positional)
+    new_kwargs = {k: v for k, v in wide_named.items() if k not in positional}
+    run_on_cpu(func, new_args, new_kwargs, check_devices(func, plan, new_args, new_kwargs))
+    for narrow, widened in zip(states, wide):
+        for t, w in zip(narrow, widened):
+            unwrap(t).copy_(unwrap(w))
+    return None
+
+
 def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
     """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
     return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
@@ -294,4 +328,8 @@ SPECIAL: dict[Any, Any] = {
     aten.convolution.default: _convolution,
     aten._local_scalar_dense.default: _device_free,
     aten.is_pinned.default: _device_free,
+    aten._fused_adam_.default: _fused_adam,
+    aten._fused_adam_.tensor_lr: _fused_adam,
+    aten._fused_adamw_.default: _fused_adam,
+    aten._fused_adamw_.tensor_lr: _fused_adam,
 }
