@@ -285,3 +285,12 @@ def test_capturable_checks_devices_as_on_cuda(accelerator: torch.device) -> None
     with pytest.raises(AssertionError, match=rf"If capturable=True, params and state_steps must be on supported "
                                              rf"devices: \[.*'{accelerator.type}'"):
         optimizer.step()
+
+
+def test_an_op_without_a_cuda_kernel_fails_naming_it() -> None:
+    """An op with a CPU kernel only (native_functions.yaml: histogram) fails on the device naming the op,
+    as PyTorch's dispatcher fails it on CUDA, instead of quietly running CPU's kernel."""
+    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::histogram' with arguments from the "
+                                                  r"'emulated' backend"):
+        torch.histogram(torch.arange(4.0, device=emulator.device()), bins=2)
+    assert torch.histogram(torch.arange(4.0), bins=2).hist.tolist() == [2.0, 2.0]

@@ -18,7 +18,7 @@ import torch
 
 from samedevice.emulator.kernels import Kernels, table
 from samedevice.emulator.registration import NAME
-from samedevice.emulator.tensor import emulated_index, run_on_cpu, tensors, tree_map, unwrap
+from samedevice.emulator.tensor import emulated_index, run_on_cpu, same_index, tensors, tree_map, unwrap
 
 _COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeExplicitAutograd,
                    torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional,
@@ -108,9 +108,16 @@ def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
     if plan.rule == "iterator" and not plan.outputs and not kwargs:
         # the hot path: a functional TensorIterator op, its tensors in args
         ins = [a for a in args if isinstance(a, torch.Tensor)]
+        index = same_index(ins)
+        if index is not None:
+            return index
         if len(ins) == len(args) or not any(type(a) in (list, tuple) for a in args):
             allow = len(ins) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
             return check_tensor_iterator([], ins, allow_cpu_scalar=allow)
+    if not kwargs and not any(type(a) in (list, tuple) for a in args):
+        index = same_index([a for a in args if isinstance(a, torch.Tensor)])
+        if index is not None:
+            return index  # every argument is a tensor on one emulated device: no rule can object
     outputs = [(n, value(n, i)) for n, i in plan.outputs]
     inputs = [(n, value(n, i)) for n, i in plan.inputs]
     if plan.rule == "iterator":

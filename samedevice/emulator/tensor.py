@@ -31,6 +31,7 @@ class EmulatedTensor(torch.Tensor):
     """A tensor on `emulated:N` whose data lives in the CPU tensor `elem`."""
 
     elem: torch.Tensor
+    index: int
     _alloc: Allocation
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
@@ -57,6 +58,7 @@ class EmulatedTensor(torch.Tensor):
         )
         r.elem = elem
         r._alloc = alloc
+        r.index = index  # the device index as a plain int: device checks read it without a torch.device
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
@@ -163,6 +165,17 @@ def leaves(x: Any, out: list[Any]) -> list[Any]:
 
 def tensors(x: Any) -> list[torch.Tensor]:
     return [t for t in leaves(x, []) if isinstance(t, torch.Tensor)]
+
+
+def same_index(tensors: Any) -> int | None:
+    """The index all of `tensors` share when every one is an emulated tensor on it (the common case,
+    which needs no device check), else None."""
+    index = None
+    for t in tensors:
+        if type(t) is not EmulatedTensor or (index is not None and t.index != index):
+            return None
+        index = t.index
+    return index
 
 
 def emulated_index(dev: torch.device | None) -> int | None:
