@@ -292,6 +292,12 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
     return dst
 
 
+def local_scalar_dense(t: torch.Tensor) -> Any:
+    # torch.tensor([x, y]) of 0-dim device tensors reads each with Python dispatch off
+    # (internal_new_from_data), so `.item()` needs a PrivateUse1 kernel, as _copy_from does
+    return unwrap(t).item()
+
+
 def _register_kernels() -> None:
     _DEVICES[:] = [torch.device(NAME, i) for i in range(DEVICE_COUNT)]
     lib = torch.library.Library("aten", "IMPL")
@@ -299,6 +305,7 @@ def _register_kernels() -> None:
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     # torch.tensor(data, device=...) copies with the Python key excluded, so it lands here
     lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     for name in RESIZING_FACTORIES:
         lib.impl(name, functools.partial(cpu_factory, getattr(aten, name.split(".")[0])), "PrivateUse1")
     _libs.append(lib)
