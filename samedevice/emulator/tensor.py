@@ -31,7 +31,7 @@ class EmulatedTensor(torch.Tensor):
     """A tensor on `emulated:N` whose data lives in the CPU tensor `elem`."""
 
     elem: torch.Tensor
-    index: int
+    device_index: int
     _alloc: Allocation
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
@@ -58,7 +58,7 @@ class EmulatedTensor(torch.Tensor):
         )
         r.elem = elem
         r._alloc = alloc
-        r.index = index  # the device index as a plain int: device checks read it without a torch.device
+        r.device_index = index  # a plain int: device checks read it without building a torch.device
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
@@ -172,9 +172,9 @@ def same_index(tensors: Any) -> int | None:
     which needs no device check), else None."""
     index = None
     for t in tensors:
-        if type(t) is not EmulatedTensor or (index is not None and t.index != index):
+        if type(t) is not EmulatedTensor or (index is not None and t.device_index != index):
             return None
-        index = t.index
+        index = t.device_index
     return index
 
 
