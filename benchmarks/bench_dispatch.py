@@ -29,7 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Floor(torch.Tensor):
-    """The trivial wrapper: unwrap, run CPU's kernel, rewrap."""
+    """The trivial wrapper: unwrap, run CPU's kernel, rewrap (no __torch_function__ layer either, as
+    the emulated tensor has none)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor) -> Floor:
