@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import torch
 
-# the captured error of each scenario's broken run, by slug, for `pytest --explain`
-LESSONS: dict[str, str] = {}
-
 
 def assert_same_params(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], *, exact: bool) -> None:
     """Same keys and values: bit for bit when `exact`, else within torch.testing's float tolerance."""
