@@ -32,11 +32,10 @@ _ERRORS = pytest.StashKey[dict[str, str]]()  # slug -> the broken run's captured
 
 def device_list(value: str) -> list[str]:
     """argparse type of --devices and --require: comma-separated device kinds, each one known."""
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    for name in names:
-        if name not in devices.KNOWN:
-            raise argparse.ArgumentTypeError(f"unknown device {name!r}; valid names: {', '.join(devices.KNOWN)}")
-    return names
+    try:
+        return devices.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
