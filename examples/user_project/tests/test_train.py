@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from samedevice import audit
-
 from train import Classifier, train_step
+
+from samedevice import audit
 
 
 def test_training_step_lowers_the_loss(device: torch.device, request: pytest.FixtureRequest) -> None:
