@@ -89,7 +89,7 @@ def tour(device_name: str | None) -> int:
     slug_width = max(len(s) for s in registry.slugs())
     fix_width = len("verified")
     room = max(20, width - slug_width - fix_width - 4)
-    print(f"Each broken module and its fix, on {device}, {devices.describe(name)}:\n")
+    print(textwrap.fill(f"Each broken module and its fix, on {device}, {devices.describe(name)}:", width) + "\n")
     print(f"{'scenario':{slug_width}}  {'fix':{fix_width}}  broken code", flush=True)
     failures = 0
     for scenario in registry.SCENARIOS:
@@ -127,10 +127,23 @@ def render_markdown(text: str, width: int) -> str:
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
 
 
+# the two articles the catalog started from, by title (docs/guide/sources.md)
+ARTICLES = {"000 seed": "《PyTorch 训练恢复时解决设备不一致错误》", "002 seed": "《恢复训练重点检查 SGD 动量缓存》",
+            "both seeds": "both source articles"}
+
+
+def source(scenario: registry.Scenario) -> str:
+    """Where the scenario comes from, with the source articles named by title."""
+    text = scenario.source
+    for short, title in ARTICLES.items():
+        text = text.replace(short, title)
+    return text
+
+
 def show(slug: str) -> int:
     scenario = registry.get(slug)
     width = min(100, shutil.get_terminal_size((100, 24)).columns)
-    print(f"{scenario.slug}: {scenario.title}  (source: {scenario.source})\n")
+    print(f"{scenario.slug}: {scenario.title}  (source: {source(scenario)})\n")
     print(render_markdown(scenario.lesson(), width))
     print("\nSymptom of the broken code by device kind: "
           + ", ".join(f"{k}: {v}" for k, v in scenario.symptoms.items()))

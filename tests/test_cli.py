@@ -113,6 +113,12 @@ def test_show_renders_the_lesson_markdown(
     assert "--- cases/sgd_momentum.py" in out
 
 
+def test_show_names_the_source_article_by_title(capsys: pytest.CaptureFixture[str]) -> None:
+    """`show` names the article a scenario comes from by its title."""
+    out = run(capsys, "show", "sgd_momentum")[1]
+    assert out.splitlines()[0].endswith("(source: 《恢复训练重点检查 SGD 动量缓存》)")
+
+
 def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     """`list` prints one row per scenario in the registry with its symptom per device kind."""
     code, out, _ = run(capsys, "list")
@@ -240,6 +246,17 @@ def test_copy_overwrites_only_with_force(capsys: pytest.CaptureFixture[str], tmp
     assert target.read_text() == "my code\n"
     assert run(capsys, "copy", "optimizer_to", str(target), "--force")[0] == 0
     assert "def optimizer_to" in target.read_text()
+
+
+@pytest.mark.parametrize("name", cli.helpers())
+def test_copied_helpers_document_their_functions(name: str) -> None:
+    """Every public function of a copyable helper has a docstring, so help() on it says what it does."""
+    module = registry.helper(name)
+    functions = [f for name, f in vars(module).items()
+                 if callable(f) and getattr(f, "__module__", None) == module.__name__ and not name.startswith("_")]
+    assert functions
+    for function in functions:
+        assert function.__doc__, f"{name}.{function.__name__} has no docstring"
 
 
 # ---- bad input --------------------------------------------------------------------------------
