@@ -70,7 +70,8 @@ def test_installed_package_is_the_wheel(venv: Path, elsewhere: Path) -> None:
     module, root = _run(venv / "python", "-c", code, cwd=elsewhere).stdout.splitlines()
     assert Path(module).is_relative_to(venv.parent)
     assert Path(root).name == "_catalog"
-    assert sorted(p.stem for p in (Path(root) / "docs").glob("*.md")) == sorted(registry.slugs())
+    pages = {p.relative_to(Path(root) / "docs").as_posix() for p in (Path(root) / "docs").rglob("*.md")}
+    assert pages == {f"{slug}.md" for slug in registry.slugs()} | {"index.md", "guide/report.md", "guide/sources.md"}
 
 
 def test_catalog_commands_work_from_any_folder(venv: Path, elsewhere: Path) -> None:
