@@ -178,9 +178,9 @@ def run_report(args: argparse.Namespace) -> int:
     if args.compare:
         try:
             a, b = (report.load(path) for path in args.compare)
+            text, differ = report.compare(a, b, names=(args.compare[0], args.compare[1]))
         except report.ReportError as e:
             raise UsageError(str(e)) from None
-        text, differ = report.compare(a, b, names=(args.compare[0], args.compare[1]))
         _write(text, args.out)
         return 1 if differ else 0
     for name in args.require:

@@ -214,6 +214,7 @@ def _pair_devices(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]
 
 def compare(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("a", "b")) -> tuple[str, bool]:
     """Where two reports disagree, scenario by scenario, as Markdown; and whether they disagree.
+    ReportError when they have no device kind to compare (cpu with mps, say).
 
     Two records agree when the symptom, its reproduction, the exception type, the message (with the
     accelerator's name set aside: `cuda:0 and cpu` is `emulated:0 and cpu`) and the fix's outcome agree.
@@ -221,6 +222,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("a",
     index_a = {(r["scenario"], r["kind"]): r for r in a["records"]}
     index_b = {(r["scenario"], r["kind"]): r for r in b["records"]}
     pairs = _pair_devices(a, b)
+    if not pairs:
+        kinds = [", ".join(dict.fromkeys(r["kind"] for r in report["records"])) or "none" for report in (a, b)]
+        raise ReportError(f"{names[0]} ({kinds[0]}) and {names[1]} ({kinds[1]}) have no device kind to compare")
     rows = []
     for slug in dict.fromkeys([s for s, _ in index_a] + [s for s, _ in index_b]):
         for kind_a, kind_b in pairs:
@@ -239,11 +243,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("a",
     lines = [f"# Comparing {names[0]} with {names[1]}", "", f"| | {names[0]} | {names[1]} |", "|---|---|---|"]
     lines += [f"| {key} | {va.get(key, '')} | {vb.get(key, '')} |" for key in dict.fromkeys([*va, *vb])]
     lines += ["", "Devices compared: " + ", ".join(ka if ka == kb else f"{ka} with {kb}" for ka, kb in pairs) + "."]
-    if not pairs:
-        lines += ["", "The two reports have no device in common."]
-    elif rows:
+    if rows:
         lines += ["", f"| scenario | device | what | {names[0]} | {names[1]} |", "|---|---|---|---|---|"]
         lines += [f"| {' | '.join(_cell(c) for c in row)} |" for row in rows]
     else:
         lines += ["", "The two runners agree on every scenario."]
-    return "\n".join(lines) + "\n", bool(rows) or not pairs
+    return "\n".join(lines) + "\n", bool(rows)

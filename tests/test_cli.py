@@ -268,6 +268,12 @@ def _report_file(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+def _one_device(tmp: Path, name: str, kind: str) -> str:
+    record = {"scenario": "sgd_momentum", "device": kind, "kind": kind, "expected": "none", "observed": "ran",
+              "reproduced": True, "fix": "matches the CPU reference", "fix_verified": True}
+    return _save({**GOOD, "records": [record]}, tmp / f"{name}.json")
+
+
 GOOD = {"schema": "same-device-report", "schema_version": 1, "versions": {}, "records": []}
 
 BAD_INPUT = parametrize_cases(
@@ -291,6 +297,9 @@ BAD_INPUT = parametrize_cases(
     Case("other_schema_version",
          argv=lambda tmp: ["report", "--compare", *[_report_file(tmp, json.dumps({**GOOD, "schema_version": 9}))] * 2],
          message=r"r\.json: schema_version is 9; this same-device reads version 1"),
+    Case("nothing_to_compare", argv=lambda tmp: ["report", "--compare", _one_device(tmp, "a", "cpu"),
+                                                  _one_device(tmp, "b", "mps")],
+         message=r"a\.json \(cpu\) and .*b\.json \(mps\) have no device kind to compare"),
     Case("record_lacks_fields", argv=lambda tmp: ["report", "--compare", *[_report_file(
         tmp, json.dumps({**GOOD, "records": [{"scenario": "x"}]}))] * 2],
          message=r"r\.json: records\[0\] lacks device, expected, fix, fix_verified, kind, observed, reproduced"),
