@@ -17,7 +17,7 @@ STEPS_TOTAL = 6
 STEPS_BEFORE = 3
 LR = 0.05
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]  # (input or inputs, target)
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -48,6 +48,18 @@ def binary_batches() -> list[Batch]:
     return [(x, (y > 0).float()) for x, y in batches()]
 
 
+def class_batches() -> list[Batch]:
+    """Batches with class-index targets (0 or 1), for CrossEntropyLoss and NLLLoss."""
+    return [(x, y.argmax(dim=1)) for x, y in batches()]
+
+
+def timestep_batches(steps: int) -> list[Batch]:
+    """Batches whose input is `(x, t)`, with a timestep `t` in `range(steps)` per sample, as a
+    diffusion model's training loop draws them."""
+    g = torch.Generator().manual_seed(2)
+    return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -56,9 +68,9 @@ def train(
     loss_fn: Loss = F.mse_loss,
 ) -> None:
     for x, y in data:
-        x, y = x.to(device), y.to(device)
+        inputs = tuple(t.to(device) for t in x) if isinstance(x, tuple) else (x.to(device),)
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        loss_fn(model(*inputs), y.to(device)).backward()
         optimizer.step()
 
 

@@ -95,6 +95,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed", _accelerators("mismatch", cuda="none")),
     Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
              "both seeds", _accelerators("mismatch")),
+    # Beyond the articles: model code
+    Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
+             "user reports", _accelerators("mismatch")),
 )
 
 

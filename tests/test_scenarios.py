@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from pytest_parametrize_cases import Case, parametrize_cases
@@ -377,3 +378,63 @@ def test_optimizer_to_custom_optimizer(accelerator: torch.device) -> None:
     assert state["count"] == 1
     optimizer.step()
     assert state["count"] == 2
+
+
+# ---- factory_in_forward --------------------------------------------------------------------------
+
+
+@parametrize_cases(
+    Case("arange", make=lambda h: h + torch.arange(h.shape[1]), message=f"{SAME}, but found at least two devices"),
+    Case("ones", make=lambda h: h * torch.ones(h.shape[1]), message=f"{SAME}, but found at least two devices"),
+    Case("from_numpy_mask", make=lambda h: h.masked_fill(torch.from_numpy(np.eye(2, 16, dtype=bool)), 0.0),
+         message="expected self and mask to be on the same device, but got mask on cpu and self on "),
+    Case("cat_zeros", make=lambda h: torch.cat([h, torch.zeros(2, 1)], dim=1),
+         message=f"{SAME}, but got tensors is on cpu, different from other tensors on .* "
+                 r"\(when checking argument in method wrapper_\w+_cat\)"),
+)
+def test_factory_in_forward_messages(make, message: str, accelerator: torch.device) -> None:
+    """Each factory left on CPU inside forward raises on an accelerator, each with its own wording."""
+    h = torch.ones(2, 16, device=accelerator)
+    with pytest.raises(RuntimeError, match=message):
+        make(h)
+    assert make(h.cpu()).device.type == "cpu"
+
+
+class RNNNet(nn.Module):
+    # nn.RNN: the emulator cannot run GRU's and LSTM's fused cells (_thnn_fused_*_cell), which PyTorch
+    # calls for CUDA and PrivateUse1 inputs; their device check is RNN's, the same for all three
+    def __init__(self, *, hidden_from_input: bool) -> None:
+        super().__init__()
+        self.rnn = nn.RNN(3, 4, batch_first=True)
+        self.hidden_from_input = hidden_from_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0 = x.new_zeros(1, x.shape[0], 4) if self.hidden_from_input else torch.zeros(1, x.shape[0], 4)
+        return self.rnn(x, h0)[0]
+
+
+def test_factory_in_forward_rnn_initial_hidden_state(accelerator: torch.device) -> None:
+    """An RNN's h0 made with torch.zeros raises RNN's own message; x.new_zeros puts it on x's device."""
+    x = torch.randn(2, 5, 3)
+    broken, fixed = RNNNet(hidden_from_input=False), RNNNet(hidden_from_input=True)
+    fixed.load_state_dict(broken.state_dict())
+    with torch.no_grad():  # no graph holds the weights: the emulator's .to swaps them in place
+        expected = broken(x)  # on CPU the broken model runs
+    with pytest.raises(RuntimeError, match=rf"Input and hidden tensors are not at the same device, "
+                                           rf"found input tensor at {accelerator} and hidden tensor at cpu"):
+        broken.to(accelerator)(x.to(accelerator))
+    torch.testing.assert_close(fixed.to(accelerator)(x.to(accelerator)).cpu(), expected)
+
+
+def test_factory_in_forward_new_zeros_keeps_dtype(accelerator: torch.device) -> None:
+    """x.new_zeros takes x's dtype as well as its device; torch.zeros(..., device=x.device) takes the default dtype."""
+    x = torch.ones(2, 3, dtype=torch.float64, device=accelerator)
+    assert (x.new_zeros(3).device, x.new_zeros(3).dtype) == (x.device, torch.float64)
+    assert torch.zeros(3, device=x.device).dtype == torch.float32
+
+
+def test_factory_in_forward_mask_buffer_moves_and_stays_out_of_checkpoints(accelerator: torch.device) -> None:
+    """The fixed model's mask is a non-persistent buffer: .to moves it, state_dict leaves it out."""
+    model = registry.get("factory_in_forward").fix().PositionNet()
+    assert "keep_out" not in model.state_dict()
+    assert model.to(accelerator).keep_out.device == accelerator
