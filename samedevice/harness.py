@@ -57,7 +57,10 @@ def timestep_batches(steps: int) -> list[Batch]:
     """Batches whose input is `(x, t)`, with a timestep `t` in `range(steps)` per sample, as a
     diffusion model's training loop draws them."""
     g = torch.Generator().manual_seed(2)
-    return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
+    data: list[Batch] = []
+    for x, y in batches():
+        data.append(((x, torch.randint(0, steps, (len(x),), generator=g)), y))
+    return data
 
 
 def train(
