@@ -6,7 +6,7 @@ parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -17,7 +17,8 @@ STEPS_TOTAL = 6
 STEPS_BEFORE = 3
 LR = 0.05
 
-Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]  # (input or inputs, target)
+Batch = tuple[torch.Tensor, torch.Tensor]
+InputsBatch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]  # (input or inputs, target)
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -53,20 +54,17 @@ def class_batches() -> list[Batch]:
     return [(x, y.argmax(dim=1)) for x, y in batches()]
 
 
-def timestep_batches(steps: int) -> list[Batch]:
+def timestep_batches(steps: int) -> list[InputsBatch]:
     """Batches whose input is `(x, t)`, with a timestep `t` in `range(steps)` per sample, as a
     diffusion model's training loop draws them."""
     g = torch.Generator().manual_seed(2)
-    data: list[Batch] = []
-    for x, y in batches():
-        data.append(((x, torch.randint(0, steps, (len(x),), generator=g)), y))
-    return data
+    return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
 
 
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    data: list[Batch],
+    data: Sequence[InputsBatch],
     device: torch.device,
     loss_fn: Loss = F.mse_loss,
 ) -> None:
