@@ -98,6 +98,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Beyond the articles: model code
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
              "user reports", _accelerators("mismatch")),
+    Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
+             "user reports", _accelerators("mismatch", cpu="silent")),
 )
 
 

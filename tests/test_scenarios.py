@@ -438,3 +438,49 @@ def test_factory_in_forward_mask_buffer_moves_and_stays_out_of_checkpoints(accel
     model = registry.get("factory_in_forward").fix().PositionNet()
     assert "keep_out" not in model.state_dict()
     assert model.to(accelerator).keep_out.device == accelerator
+
+
+# ---- plain_list_layers ---------------------------------------------------------------------------
+
+
+def test_plain_list_layers_never_train_on_cpu(tmp_path: Path) -> None:
+    """On CPU the listed layers run but never train, and neither parameters() nor state_dict has them."""
+    case = registry.get("plain_list_layers").case()
+    model = case.BlockNet()
+    before = [block.weight.detach().clone() for block in model.blocks]
+    assert len(list(model.parameters())) == 4  # fc1 and fc2 only
+    harness.train(model, harness.sgd(model.parameters()), harness.batches(), torch.device("cpu"))
+    assert all(torch.equal(block.weight, w) for block, w in zip(model.blocks, before))
+    assert not any(key.startswith("blocks") for key in model.state_dict())
+    fixed = registry.get("plain_list_layers").fix().run(torch.device("cpu"), tmp_path)
+    assert {"blocks.0.weight", "blocks.1.bias"} <= fixed.keys()
+
+
+class HeadsNet(nn.Module):
+    def __init__(self, *, registered: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        heads = {"left": nn.Linear(3, 2), "right": nn.Linear(3, 2)}
+        self.heads = nn.ModuleDict(heads) if registered else heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.heads["left"](x) + self.heads["right"](x)
+
+
+def test_plain_list_layers_plain_dict(accelerator: torch.device) -> None:
+    """Layers in a plain dict are skipped by .to like a plain list's; nn.ModuleDict moves them."""
+    x = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match=rf"{SAME}, but got mat1 is on {accelerator}, different from other "
+                                           r"tensors on cpu \(when checking argument in method wrapper_\w+_addmm\)"):
+        HeadsNet(registered=False).to(accelerator)(x.to(accelerator))
+    with torch.no_grad():
+        expected = HeadsNet(registered=True)(x)
+        moved = HeadsNet(registered=True).to(accelerator)(x.to(accelerator))
+    torch.testing.assert_close(moved.cpu(), expected)
+
+
+def test_plain_list_layers_convolution_message(accelerator: torch.device) -> None:
+    """A convolution left on CPU by a plain list raises convolution's own type check instead."""
+    convs = [nn.Conv1d(2, 2, 1)]
+    with pytest.raises(RuntimeError, match=r"Input type \(.*\) and weight type \(torch\.FloatTensor\) should be"):
+        convs[0](torch.ones(1, 2, 3, device=accelerator))
