@@ -12,7 +12,7 @@ import torch
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
-from samedevice import harness, orders, registry, tiny
+from samedevice import audit, harness, orders, registry, tiny
 from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
 from tests.helpers import assert_same_params, closure_step
 
@@ -484,3 +484,19 @@ def test_plain_list_layers_convolution_message(accelerator: torch.device) -> Non
     convs = [nn.Conv1d(2, 2, 1)]
     with pytest.raises(RuntimeError, match=r"Input type \(.*\) and weight type \(torch\.FloatTensor\) should be"):
         convs[0](torch.ones(1, 2, 3, device=accelerator))
+
+
+def test_plain_list_layers_audit_names_the_stranded_layers(device: torch.device) -> None:
+    """The audit names the listed layers on any device; repair refuses them with the ModuleList change."""
+    model = registry.get("plain_list_layers").case().BlockNet().to(device)
+    assert [(f.path, f.problem) for f in audit.structure(model=model)] == [
+        ("model.blocks[0]", "stranded"), ("model.blocks[1]", "stranded"),
+    ]
+    assert audit.structure(model=registry.get("plain_list_layers").fix().BlockNet()) == []
+    result = audit.repair(device, model=model)
+    if device.type == "cpu":
+        assert result.refused == []
+    else:
+        paths = [f"model.blocks[{i}].{n}" for i in (0, 1) for n in ("weight", "bias")]
+        assert [m.path for m in result.refused] == paths
+        assert all(m.fix.startswith("make model.blocks an nn.ModuleList") for m in result.refused)
