@@ -100,6 +100,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "user reports", _accelerators("mismatch")),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
              "user reports", _accelerators("mismatch", cpu="silent")),
+    Scenario("loss_class_weights", "CrossEntropyLoss / NLLLoss class weights made on CPU, or targets left on CPU",
+             "user reports", _accelerators("mismatch")),
 )
 
 

@@ -500,3 +500,46 @@ def test_plain_list_layers_audit_names_the_stranded_layers(device: torch.device)
         paths = [f"model.blocks[{i}].{n}" for i in (0, 1) for n in ("weight", "bias")]
         assert [m.path for m in result.refused] == paths
         assert all(m.fix.startswith("make model.blocks an nn.ModuleList") for m in result.refused)
+
+
+# ---- loss_class_weights --------------------------------------------------------------------------
+
+NAMED = SAME + r", but got {} is on cpu, different from other tensors on {} " \
+        r"\(when checking argument in method wrapper_\w+_nll_loss_forward\)"
+CE, NLL = nn.CrossEntropyLoss, nn.NLLLoss
+
+
+@parametrize_cases(
+    # names: the argument the message names; None: the two-devices message, which names none
+    Case("ce-weight", loss=CE, flags={}, weight="cpu", target="index", names="weight"),
+    Case("ce-targets", loss=CE, flags={}, weight="device", target="index_cpu", names="target"),
+    Case("ce-both", loss=CE, flags={}, weight="cpu", target="index_cpu", names="target"),
+    Case("ce-label_smoothing-weight", loss=CE, flags={"label_smoothing": 0.1}, weight="cpu", target="index",
+         names="weight"),
+    Case("nll-weight", loss=NLL, flags={}, weight="cpu", target="index", names="weight"),
+    Case("nll-targets", loss=NLL, flags={}, weight="device", target="index_cpu", names="target"),
+    Case("ce-probabilities-weight", loss=CE, flags={}, weight="cpu", target="probs", names=None),
+    Case("ce-probabilities-targets", loss=CE, flags={}, weight="device", target="probs_cpu", names=None),
+)
+def test_loss_class_weights_messages(loss, flags: dict, weight: str, target: str, names: str | None,
+                                     accelerator: torch.device) -> None:
+    """The message names the target when it is on CPU, else the weight; probability targets take
+    another path, whose message names no argument."""
+    logits = torch.randn(4, 2, device=accelerator).log_softmax(dim=1)
+    y = {"index": torch.tensor([0, 1, 1, 0]), "probs": torch.full((4, 2), 0.5)}[target.removesuffix("_cpu")]
+    y = y if target.endswith("_cpu") else y.to(accelerator)
+    w = torch.tensor([1.0, 3.0], device=accelerator if weight == "device" else "cpu")
+    pattern = f"{SAME}, but found at least two devices, {accelerator} and cpu!" if names is None else \
+        NAMED.format(names, accelerator)
+    with pytest.raises(RuntimeError, match=pattern):
+        loss(weight=w, **flags)(logits, y)
+
+
+def test_loss_class_weights_audit_and_repair(accelerator: torch.device) -> None:
+    """The audit names the criterion's weight, fix `criterion.to(device)`; repair moves it and the loss runs."""
+    criterion = registry.get("loss_class_weights").case().make_criterion(accelerator)
+    [item] = audit.misplaced(accelerator, criterion=criterion)
+    assert (item.path, item.kind, item.fix) == ("criterion.weight", "module", "criterion.to(device)")
+    assert [m.path for m in audit.repair(accelerator, criterion=criterion).moved] == ["criterion.weight"]
+    loss = criterion(torch.zeros(4, 2, device=accelerator), torch.tensor([0, 1, 1, 0], device=accelerator))
+    assert loss.device == accelerator
