@@ -22,10 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
 SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
     # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
-    # and convolution's composite checks the parameters' type against the input's (Convolution.cpp)
+    # and convolution's composite checks the parameters' type against the input's (Convolution.cpp);
+    # advanced indexing checks its indices itself (TensorAdvancedIndexing.cpp,
+    # check_indices_on_cpu_or_selfdevice)
     "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"
                                r"|Placeholder storage has not been allocated on MPS device"
-                               r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"),
+                               r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"
+                               r"|indices should be either on cpu or on the same device as the indexed tensor"),
     "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
     "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
     "oom": (torch.OutOfMemoryError, r"out of memory"),
@@ -101,6 +104,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
              "user reports", _accelerators("mismatch", cpu="silent")),
     Scenario("loss_class_weights", "CrossEntropyLoss / NLLLoss class weights made on CPU, or targets left on CPU",
+             "user reports", _accelerators("mismatch")),
+    Scenario("cpu_lookup_table", "A schedule kept as a plain CPU tensor, indexed by timesteps on the device",
              "user reports", _accelerators("mismatch")),
 )
 

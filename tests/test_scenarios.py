@@ -543,3 +543,50 @@ def test_loss_class_weights_audit_and_repair(accelerator: torch.device) -> None:
     assert [m.path for m in audit.repair(accelerator, criterion=criterion).moved] == ["criterion.weight"]
     loss = criterion(torch.zeros(4, 2, device=accelerator), torch.tensor([0, 1, 1, 0], device=accelerator))
     assert loss.device == accelerator
+
+
+# ---- cpu_lookup_table ----------------------------------------------------------------------------
+
+TABLE = torch.linspace(1.0, 0.1, 10)
+
+
+@parametrize_cases(
+    Case("index-device-timesteps", look_up=lambda t: TABLE[t], on_device=True,
+         message=r"indices should be either on cpu or on the same device as the indexed tensor \(cpu\)"),
+    Case("gather-device-timesteps", look_up=lambda t: TABLE.gather(-1, t), on_device=True,
+         message=SAME + r", but got index is on {}, different from other tensors on cpu "
+                        r"\(when checking argument in method wrapper_\w+_gather\)"),
+    Case("index-cpu-timesteps", look_up=lambda t: TABLE[t], on_device=False,
+         message=SAME + ", but found at least two devices, {} and cpu!"),
+)
+def test_cpu_lookup_table_messages(look_up, on_device: bool, message: str, accelerator: torch.device) -> None:
+    """Device timesteps fail at the lookup itself; CPU timesteps succeed there and fail in the next product."""
+    t = torch.tensor([1, 5, 9])
+    x = torch.ones(3, device=accelerator)
+    with pytest.raises(RuntimeError, match=message.format(accelerator)):
+        look_up(t.to(accelerator) if on_device else t) * x
+
+
+def test_cpu_lookup_table_python_int_is_a_scalar(accelerator: torch.device) -> None:
+    """A lookup by Python int (a sampling loop) gives a 0-dim CPU tensor, which the device takes as a scalar."""
+    x = torch.ones(3, device=accelerator)
+    assert TABLE[4].dim() == 0
+    assert (TABLE[4] * x).device == accelerator
+
+
+def test_cpu_lookup_table_index_on_cpu_then_move(accelerator: torch.device) -> None:
+    """The second fix, index on the table's device and move the result, gives the buffer fix's numbers."""
+    t = torch.tensor([1, 5, 9], device=accelerator)
+    moved = TABLE[t.cpu()].to(t.device)
+    assert moved.device == accelerator
+    torch.testing.assert_close(moved.cpu(), TABLE.to(accelerator)[t].cpu())
+
+
+def test_cpu_lookup_table_audit_refuses_the_plain_attribute(accelerator: torch.device) -> None:
+    """The audit names the table as a plain attribute to register as a buffer; repair refuses to move it."""
+    model = registry.get("cpu_lookup_table").case().ScheduledNet().to(accelerator)
+    result = audit.repair(accelerator, model=model)
+    assert [(m.path, m.kind) for m in result.refused] == [("model.alphas_cumprod", "attribute")]
+    assert result.refused[0].fix == "register it in ScheduledNet.__init__: self.register_buffer('alphas_cumprod', ...)"
+    fixed = registry.get("cpu_lookup_table").fix().ScheduledNet().to(accelerator)
+    assert audit.misplaced(accelerator, model=fixed) == []
