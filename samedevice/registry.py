@@ -107,6 +107,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "user reports", _accelerators("mismatch")),
     Scenario("cpu_lookup_table", "A schedule kept as a plain CPU tensor, indexed by timesteps on the device",
              "user reports", _accelerators("mismatch")),
+    Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
+             "user reports", _accelerators("mismatch", cpu="silent")),
 )
 
 

@@ -590,3 +590,49 @@ def test_cpu_lookup_table_audit_refuses_the_plain_attribute(accelerator: torch.d
     assert result.refused[0].fix == "register it in ScheduledNet.__init__: self.register_buffer('alphas_cumprod', ...)"
     fixed = registry.get("cpu_lookup_table").fix().ScheduledNet().to(accelerator)
     assert audit.misplaced(accelerator, model=fixed) == []
+
+
+# ---- head_replaced_after_to ----------------------------------------------------------------------
+
+
+def test_head_replaced_after_to_never_trains_on_cpu() -> None:
+    """On CPU the case runs, but the new head keeps its initial weights: the optimizer never held it."""
+    case = registry.get("head_replaced_after_to").case()
+    result = case.run(torch.device("cpu"), Path())
+    head = case.new_head()
+    assert torch.equal(result["fc2.weight"], head.weight.detach())
+    assert torch.equal(result["fc2.bias"], head.bias.detach())
+
+
+def test_head_replaced_after_to_with_the_optimizer_built_after(accelerator: torch.device) -> None:
+    """Built after the new head, the optimizer holds it, and the head made on CPU still raises on the device."""
+    case = registry.get("head_replaced_after_to").case()
+    model = harness.new_model().to(accelerator)
+    model.fc2 = case.new_head()
+    optimizer = harness.sgd(model.parameters())
+    assert audit.structure(model=model, optimizer=optimizer) == []
+    with pytest.raises(RuntimeError, match=SAME):
+        harness.train(model, optimizer, harness.batches(), accelerator)
+
+
+def test_head_replaced_after_to_moving_the_head_is_not_enough(accelerator: torch.device, tmp_path: Path) -> None:
+    """Moving the new head silences the error, but the head never trains; the audit names the orphaned and
+    missing parameters, which no device move repairs."""
+    case = registry.get("head_replaced_after_to").case()
+    model = harness.new_model().to(accelerator)
+    optimizer = harness.sgd(model.parameters())
+    model.fc2 = case.new_head()
+    found = audit.structure(model=model, optimizer=optimizer)
+    assert [(f.path, f.problem) for f in found] == [
+        ("optimizer.param_groups[0]['params'][2]", "orphaned"), ("optimizer.param_groups[0]['params'][3]", "orphaned"),
+        ("model.fc2.weight", "missing"), ("model.fc2.bias", "missing"),
+    ]
+    assert [m.path for m in audit.repair(accelerator, model=model, optimizer=optimizer).moved] == [
+        "model.fc2.weight", "model.fc2.bias",
+    ]
+    assert audit.structure(model=model, optimizer=optimizer) == found
+    harness.train(model, optimizer, harness.batches(), accelerator)
+    assert torch.equal(model.fc2.weight.detach().cpu(), case.new_head().weight.detach())
+    expected = registry.get("head_replaced_after_to").fix().run(torch.device("cpu"), tmp_path)
+    with pytest.raises(AssertionError):
+        assert_same_params(harness.cpu_state(model), expected, exact=False)
