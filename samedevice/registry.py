@@ -109,6 +109,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "user reports", _accelerators("mismatch")),
     Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
              "user reports", _accelerators("mismatch", cpu="silent")),
+    Scenario("seed_device_check", "The 000 article's device check says all clear; its recovery misses the optimizer",
+             "000 seed (best practices)", _accelerators("mismatch")),
 )
 
 

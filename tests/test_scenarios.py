@@ -636,3 +636,54 @@ def test_head_replaced_after_to_moving_the_head_is_not_enough(accelerator: torch
     expected = registry.get("head_replaced_after_to").fix().run(torch.device("cpu"), tmp_path)
     with pytest.raises(AssertionError):
         assert_same_params(harness.cpu_state(model), expected, exact=False)
+
+
+# ---- seed_device_check ---------------------------------------------------------------------------
+
+
+def _seed_resume(device: torch.device, workdir: Path):
+    case = registry.get("seed_device_check").case()
+    model, optimizer, criterion = case.resume(harness.write_checkpoint(workdir, case.make_optimizer), device)
+    return case, model, optimizer, criterion, harness.binary_batches()[harness.STEPS_BEFORE:]
+
+
+def test_seed_device_check_says_all_clear(accelerator: torch.device, tmp_path: Path) -> None:
+    """The article's check passes while the audit names the criterion's weight and every momentum buffer."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    assert case.check_device_consistency(accelerator, model, optimizer, criterion, data[0][0].to(accelerator))
+    found = audit.misplaced(accelerator, model=model, optimizer=optimizer, criterion=criterion)
+    names = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+    assert [m.path for m in found] == [f"optimizer.state[model.{n}]['momentum_buffer']" for n in names] + [
+        "criterion.pos_weight",
+    ]
+
+
+def test_seed_device_check_recovery_leaves_the_optimizer(accelerator: torch.device, tmp_path: Path) -> None:
+    """Even run unconditionally, the article's recovery fixes the loss, and the optimizer step raises next."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    case.recover(accelerator, model, optimizer, criterion)
+    x, y = data[0][0].to(accelerator), data[0][1].to(accelerator)
+    criterion(model(x), y).backward()
+    with pytest.raises(RuntimeError, match=SAME):
+        optimizer.step()
+
+
+def test_seed_device_check_data_on_cpu(accelerator: torch.device, tmp_path: Path) -> None:
+    """With the data left on CPU the check does fail, and the recovery, which does not move data, leaves it failing."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    x = data[0][0]
+    assert not case.check_device_consistency(accelerator, model, optimizer, criterion, x)
+    case.recover(accelerator, model, optimizer, criterion)
+    with pytest.raises(RuntimeError, match=SAME):
+        model(x)
+
+
+def test_seed_device_check_repair_as_the_recovery(accelerator: torch.device, tmp_path: Path) -> None:
+    """audit.repair moves the model, the criterion and the optimizer state; training then matches the reference."""
+    _, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    result = audit.repair(accelerator, model=model, optimizer=optimizer, criterion=criterion)
+    assert (len(result.moved), result.refused) == (5, [])
+    harness.train(model, optimizer, data, accelerator, criterion)
+    (tmp_path / "ref").mkdir()
+    expected = registry.get("seed_device_check").fix().run(torch.device("cpu"), tmp_path / "ref")
+    assert_same_params(harness.cpu_state(model), expected, exact=False)
