@@ -26,6 +26,8 @@ from fixes.optimizer_to import optimizer_to  # FIX: the recovery for optimizer s
 from samedevice import harness
 from samedevice.audit import misplaced  # FIX: the check
 
+WRONG_ORDER = (harness.BUILD, harness.LOAD_MODEL, harness.LOAD_OPTIMIZER, harness.TO_DEVICE)
+
 
 def make_optimizer(params):
     return torch.optim.SGD(params, lr=harness.LR, momentum=0.9)
@@ -44,12 +46,7 @@ def recover(device: torch.device, model, optimizer, criterion) -> None:
 
 def resume(path: Path, device: torch.device):
     """The wrong order of sgd_momentum (its buffers stay on CPU), and the criterion of bce_pos_weight."""
-    model = harness.new_model()
-    optimizer = make_optimizer(model.parameters())
-    checkpoint = torch.load(path, weights_only=True)
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    model.to(device)
+    model, optimizer = harness.resume_in_order(WRONG_ORDER, path, device, make_optimizer)
     return model, optimizer, nn.BCEWithLogitsLoss(pos_weight=torch.tensor([3.0, 3.0]))
 
 
