@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # the captured error of each scenario's broken run, by slug, for `pytest --explain`
 LESSONS: dict[str, str] = {}
@@ -29,3 +36,9 @@ def closure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: to
         return loss
 
     optimizer.step(closure)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -c code` in a fresh process from the checkout, with extra environment variables."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
