@@ -138,6 +138,16 @@ def resume_in_order(
     return model, optimizer
 
 
+def second_device(device: torch.device) -> torch.device:
+    """Index 1 of `device`'s kind where this host can train on two devices of it, else `device`: a
+    worker given the second device, as a DDP rank 1 is."""
+    from samedevice import devices
+
+    if device.type == "cpu" or devices.count(device.type) < 2:
+        return device
+    return torch.device(device.type, 1)
+
+
 def host_with(device: torch.device) -> Callable[[str], bool]:
     """An availability probe for a host whose one accelerator is `device` (none for cpu), so a
     device picker can be run as it would run on that host."""

@@ -44,9 +44,15 @@ class Scenario:
     title: str
     source: str
     symptoms: dict[str, str] = field(default_factory=dict)
+    min_devices: int = 1  # a two-device scenario shows its symptom only where the host has two of the kind
 
     def symptom(self, device_kind: str) -> str:
-        """What the broken module does on this device kind."""
+        """What the broken module does on this device kind, on this host."""
+        if device_kind != "cpu" and self.min_devices > 1:
+            from samedevice import devices
+
+            if devices.count(device_kind) < self.min_devices:
+                return "none"
         return self.symptoms[device_kind]
 
     def expected_error(self, device_kind: str) -> tuple[type[BaseException], str] | None:
@@ -111,6 +117,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "user reports", _accelerators("mismatch", cpu="silent")),
     Scenario("seed_device_check", "The 000 article's device check says all clear; its recovery misses the optimizer",
              "000 seed (best practices)", _accelerators("mismatch")),
+    Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
+             "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2),
 )
 
 

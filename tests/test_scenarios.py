@@ -12,7 +12,7 @@ import torch
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
-from samedevice import audit, harness, orders, registry, tiny
+from samedevice import audit, devices, harness, orders, registry, tiny
 from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
 from tests.helpers import assert_same_params, closure_step
 
@@ -687,3 +687,58 @@ def test_seed_device_check_repair_as_the_recovery(accelerator: torch.device, tmp
     (tmp_path / "ref").mkdir()
     expected = registry.get("seed_device_check").fix().run(torch.device("cpu"), tmp_path / "ref")
     assert_same_params(harness.cpu_state(model), expected, exact=False)
+
+
+# ---- index_less_device ---------------------------------------------------------------------------
+
+
+def _two_devices(accelerator: torch.device) -> torch.device:
+    """The second device of the accelerator's kind; skips where the host cannot train on two."""
+    count = devices.count(accelerator.type)
+    if count < 2:
+        pytest.skip(f"index_less_device needs two {accelerator.type} devices; this host can train on {count}")
+    return torch.device(accelerator.type, 1)
+
+
+def test_index_less_device_means_the_current_device(accelerator: torch.device) -> None:
+    """A device without an index, in a factory, in .to() or in a module's .to(), is the current device:
+    0 until it is set, the set one inside the device context."""
+    second = _two_devices(accelerator)
+    kind = accelerator.type
+    x = torch.ones(2, device=second)
+    made = [torch.zeros(1, device=kind), x.to(kind), nn.Linear(1, 1).to(kind).weight]
+    assert {t.device.index for t in made} == {0}
+    with torch.get_device_module(kind).device(1):
+        made = [torch.zeros(1, device=kind), x.cpu().to(kind), nn.Linear(1, 1).to(kind).weight]
+        assert {t.device.index for t in made} == {1}
+    with pytest.raises(RuntimeError, match=f"{SAME}, but found at least two devices, {second} and {kind}:0!"):
+        x + torch.ones(2, device=kind)
+
+
+def test_index_less_device_fixed_by_the_current_device(accelerator: torch.device, tmp_path: Path) -> None:
+    """The other fix: the broken worker's own code, run with its device made the current one, trains right."""
+    _two_devices(accelerator)
+    scenario = registry.get("index_less_device")
+    with torch.get_device_module(accelerator.type).device(1):
+        result = scenario.case().run(accelerator, tmp_path)
+    assert_same_params(result, scenario.fix().run(torch.device("cpu"), tmp_path), exact=False)
+
+
+def test_index_less_device_audit_names_the_batch(accelerator: torch.device) -> None:
+    """Audited against the worker's device, the batch moved with an index-less device is named, on device 0."""
+    second = _two_devices(accelerator)
+    model = nn.Linear(2, 2).to(second)
+    batch = {"x": torch.ones(1, 2).to(accelerator.type)}
+    assert audit.misplaced(second, model=model, batch=batch) == [
+        audit.Misplaced("batch['x']", torch.device(accelerator.type, 0), (1, 2)),
+    ]
+
+
+def test_index_less_device_is_harmless_with_one_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host with one device of the kind, index-less and indexed names agree: the symptom is none."""
+    scenario = registry.get("index_less_device")
+    assert scenario.symptom("cuda") == ("mismatch" if devices.count("cuda") >= 2 else "none")
+    assert scenario.symptom("mps") == "none"
+    monkeypatch.setattr(devices, "count", lambda kind: 1)
+    assert scenario.symptom("emulated") == "none"
+    assert harness.second_device(torch.device("emulated", 0)) == torch.device("emulated", 0)
