@@ -10,11 +10,11 @@ import re
 
 import pytest
 import torch
-from hypothesis import given, note
+from hypothesis import find, given, note
 
 from samedevice import audit, emulator, registry
 from tests.helpers import closure_step
-from tests.strategies import FuzzNet, Layout, layouts, training_setups
+from tests.strategies import FuzzNet, Layout, layouts, module_trees, training_setups
 
 optimizer_to = registry.helper("optimizer_to").optimizer_to
 pytestmark = pytest.mark.emulator
@@ -255,3 +255,17 @@ def test_repair_moves_or_refuses_every_misplaced_tensor(setup: tuple[torch.devic
             assert tensor.device == target, m.path
     again = audit.repair(target, **objects)
     assert (again.moved, again.refused) == ([], result.refused)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: module_trees(devices=[]), "module_trees: devices must name at least one device"),
+        (lambda: module_trees(devices=["cpu"], max_depth=-1), "module_trees: max_depth must be at least 0, got -1"),
+        (lambda: training_setups(devices=[]), "training_setups: devices must name at least one device"),
+    ],
+)
+def test_tree_strategies_name_bad_arguments(make, message: str) -> None:
+    """The module-tree strategies refuse bad arguments with an error naming the strategy and the argument."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        find(make(), lambda _: True)
