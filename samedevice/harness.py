@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from samedevice import devices
+
 STEPS_TOTAL = 6
 STEPS_BEFORE = 3
 LR = 0.05
@@ -141,8 +143,6 @@ def resume_in_order(
 def second_device(device: torch.device) -> torch.device:
     """Index 1 of `device`'s kind where this host can train on two devices of it, else `device`: a
     worker given the second device, as a DDP rank 1 is."""
-    from samedevice import devices
-
     if device.type == "cpu" or devices.count(device.type) < 2:
         return device
     return torch.device(device.type, 1)

@@ -17,6 +17,8 @@ from types import ModuleType
 
 import torch
 
+from samedevice import devices
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
@@ -48,11 +50,8 @@ class Scenario:
 
     def symptom(self, device_kind: str) -> str:
         """What the broken module does on this device kind, on this host."""
-        if device_kind != "cpu" and self.min_devices > 1:
-            from samedevice import devices
-
-            if devices.count(device_kind) < self.min_devices:
-                return "none"
+        if device_kind != "cpu" and self.min_devices > 1 and devices.count(device_kind) < self.min_devices:
+            return "none"
         return self.symptoms[device_kind]
 
     def expected_error(self, device_kind: str) -> tuple[type[BaseException], str] | None:
