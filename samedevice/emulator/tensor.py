@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
-from samedevice.emulator.registration import NAME, check_present, current_index
+from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, current_index
 
 aten = torch.ops.aten
 
@@ -24,10 +24,14 @@ def resolve(dev: Any) -> int:
     return index
 
 
+_DEVICES: list[torch.device] = []  # emulated:0, emulated:1, once the name is registered
+
+
 class EmulatedTensor(torch.Tensor):
     """A tensor on `emulated:N` whose data lives in the CPU tensor `elem`."""
 
     elem: torch.Tensor
+    device_index: int
     _alloc: Allocation
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
@@ -49,11 +53,12 @@ class EmulatedTensor(torch.Tensor):
             storage_offset=elem.storage_offset(),
             dtype=elem.dtype,
             layout=elem.layout,
-            device=torch.device(NAME, index),
+            device=_DEVICES[index],
             requires_grad=elem.requires_grad,
         )
         r.elem = elem
         r._alloc = alloc
+        r.device_index = index  # a plain int: device checks read it without building a torch.device
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
@@ -65,7 +70,20 @@ class EmulatedTensor(torch.Tensor):
             suffix += ", requires_grad=True"
         return text[:-1] + suffix + ")" if text.startswith("tensor(") else text
 
-    def __tensor_flatten__(self) -> tuple[list[str], int]:
+    # Parameter identity across Module._apply (torch/nn/modules/module.py): PyTorch keeps a Parameter
+    # (swap_tensors) when the new tensor is a traceable wrapper subclass, i.e. has __tensor_flatten__.
+    # CUDA keeps it (by `.data =`) when torch._has_compatible_shallow_copy_type holds, i.e. when the
+    # new tensor is a copy of a dense one (`.to`, `.cuda()`, `.half()`), and makes a new Parameter
+    # when it is not (`to_empty` from meta). So only a copy (copy_from, _to_copy) offers the protocol.
+    is_copy = False
+
+    @property
+    def __tensor_flatten__(self) -> Any:
+        if not self.is_copy:
+            raise AttributeError("__tensor_flatten__")
+        return self._flatten
+
+    def _flatten(self) -> tuple[list[str], int]:
         return ["elem"], self.device.index or 0
 
     @staticmethod
@@ -149,11 +167,42 @@ def tensors(x: Any) -> list[torch.Tensor]:
     return [t for t in leaves(x, []) if isinstance(t, torch.Tensor)]
 
 
+def same_index(tensors: Any) -> int | None:
+    """The index all of `tensors` share when every one is an emulated tensor on it (the common case,
+    which needs no device check), else None."""
+    index = None
+    for t in tensors:
+        if type(t) is not EmulatedTensor or (index is not None and t.device_index != index):
+            return None
+        index = t.device_index
+    return index
+
+
 def emulated_index(dev: torch.device | None) -> int | None:
     return (dev.index or 0) if dev is not None and dev.type == NAME else None
 
 
+def _unwrap_flat(args: Any) -> list[Any] | None:
+    """The args with each emulated tensor replaced by its CPU data, when no argument is a list
+    (the common case, and the hot path); None otherwise."""
+    out = []
+    for a in args:
+        if type(a) is EmulatedTensor:
+            out.append(a.elem)
+        elif type(a) in (list, tuple):
+            return None
+        else:
+            out.append(a)
+    return out
+
+
 def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
+    flat = None if kwargs else _unwrap_flat(args)
+    if flat is not None and not _is_mutable(func):
+        out = func(*flat)
+        if type(out) is torch.Tensor:
+            return out if index is None else EmulatedTensor(out, index)
+        return wrap_outputs(out, {}, index)
     cpu_args, cpu_kwargs = tree_map(unwrap, (args, kwargs))
     if kwargs.get("device") is not None:
         # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
@@ -162,12 +211,22 @@ def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
         cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
     same: dict[int, EmulatedTensor] = {}
-    if func._schema.is_mutable:
+    if _is_mutable(func):
         # in-place and out= ops return their input: hand back the caller's emulated tensor
         originals = leaves((args, kwargs), [])
         unwrapped = leaves((cpu_args, cpu_kwargs), [])
         same = {id(u): o for u, o in zip(unwrapped, originals) if isinstance(o, EmulatedTensor)}
     return wrap_outputs(out, same, index)
+
+
+_MUTABLE: dict[int, bool] = {}  # by id(func), as rules._PLANS
+
+
+def _is_mutable(func: Any) -> bool:
+    found = _MUTABLE.get(id(func))
+    if found is None:
+        found = _MUTABLE[id(func)] = func._schema.is_mutable
+    return found
 
 
 def wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
@@ -204,6 +263,7 @@ def empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None,
     return EmulatedTensor(elem, index)
 
 
+
 def _nbytes(size: Any, dtype: Any) -> int:
     n = 1
     for s in size:
@@ -225,16 +285,27 @@ def cpu_factory(packet: Any, *args: Any, **kwargs: Any) -> EmulatedTensor:
 
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    # `.to(device)` of a CPU tensor: CPU's _to_copy allocates on the device, then copies here
     unwrap(dst).copy_(unwrap(src))
+    if isinstance(dst, EmulatedTensor):
+        dst.is_copy = True
     return dst
 
 
+def local_scalar_dense(t: torch.Tensor) -> Any:
+    # torch.tensor([x, y]) of 0-dim device tensors reads each with Python dispatch off
+    # (internal_new_from_data), so `.item()` needs a PrivateUse1 kernel, as _copy_from does
+    return unwrap(t).item()
+
+
 def _register_kernels() -> None:
+    _DEVICES[:] = [torch.device(NAME, i) for i in range(DEVICE_COUNT)]
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     # torch.tensor(data, device=...) copies with the Python key excluded, so it lands here
     lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     for name in RESIZING_FACTORIES:
         lib.impl(name, functools.partial(cpu_factory, getattr(aten, name.split(".")[0])), "PrivateUse1")
     _libs.append(lib)
@@ -253,5 +324,7 @@ def _register_kernels() -> None:
 
 _libs: list[torch.library.Library] = []
 
-# The device rules decide how each op runs; they need the tensor class above.
-from samedevice.emulator.rules import dispatch  # noqa: E402
+
+def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
+    """Replaced by rules.dispatch when rules.py is imported (it needs the tensor class above)."""
+    raise RuntimeError("samedevice.emulator.rules is not loaded")
