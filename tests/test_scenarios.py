@@ -400,12 +400,10 @@ def test_factory_in_forward_messages(make, message: str, accelerator: torch.devi
     assert make(h.cpu()).device.type == "cpu"
 
 
-class RNNNet(nn.Module):
-    # nn.RNN: the emulator cannot run GRU's and LSTM's fused cells (_thnn_fused_*_cell), which PyTorch
-    # calls for CUDA and PrivateUse1 inputs; their device check is RNN's, the same for all three
+class GRUNet(nn.Module):
     def __init__(self, *, hidden_from_input: bool) -> None:
         super().__init__()
-        self.rnn = nn.RNN(3, 4, batch_first=True)
+        self.rnn = nn.GRU(3, 4, batch_first=True)
         self.hidden_from_input = hidden_from_input
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -416,7 +414,7 @@ class RNNNet(nn.Module):
 def test_factory_in_forward_rnn_initial_hidden_state(accelerator: torch.device) -> None:
     """An RNN's h0 made with torch.zeros raises RNN's own message; x.new_zeros puts it on x's device."""
     x = torch.randn(2, 5, 3)
-    broken, fixed = RNNNet(hidden_from_input=False), RNNNet(hidden_from_input=True)
+    broken, fixed = GRUNet(hidden_from_input=False), GRUNet(hidden_from_input=True)
     fixed.load_state_dict(broken.state_dict())
     with torch.no_grad():  # no graph holds the weights: the emulator's .to swaps them in place
         expected = broken(x)  # on CPU the broken model runs
