@@ -63,6 +63,18 @@ def resolve(name: str) -> torch.device:
     return torch.device(name, 0) if name != "cpu" else torch.device("cpu")
 
 
+def count(name: str) -> int:
+    """How many devices of the kind `name` this host can train on (0 where it has none)."""
+    if unavailable_reason(name) is not None:
+        return 0
+    if name == "cpu":
+        return 1
+    module = torch.get_device_module(resolve(name))  # resolve registers the emulator on first use
+    if name == "emulated":
+        return emulator.trainable_device_count()
+    return int(module.device_count())
+
+
 def kind(dev: torch.device) -> str:
     """The device kind of a torch.device: 'cuda', 'emulated', ..."""
     return dev.type

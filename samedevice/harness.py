@@ -6,18 +6,21 @@ parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from samedevice import devices
+
 STEPS_TOTAL = 6
 STEPS_BEFORE = 3
 LR = 0.05
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+InputsBatch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]  # (input or inputs, target)
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -48,17 +51,29 @@ def binary_batches() -> list[Batch]:
     return [(x, (y > 0).float()) for x, y in batches()]
 
 
+def class_batches() -> list[Batch]:
+    """Batches with class-index targets (0 or 1), for CrossEntropyLoss and NLLLoss."""
+    return [(x, y.argmax(dim=1)) for x, y in batches()]
+
+
+def timestep_batches(steps: int) -> list[InputsBatch]:
+    """Batches whose input is `(x, t)`, with a timestep `t` in `range(steps)` per sample, as a
+    diffusion model's training loop draws them."""
+    g = torch.Generator().manual_seed(2)
+    return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    data: list[Batch],
+    data: Sequence[InputsBatch],
     device: torch.device,
     loss_fn: Loss = F.mse_loss,
 ) -> None:
     for x, y in data:
-        x, y = x.to(device), y.to(device)
+        inputs = tuple(t.to(device) for t in x) if isinstance(x, tuple) else (x.to(device),)
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        loss_fn(model(*inputs), y.to(device)).backward()
         optimizer.step()
 
 
@@ -123,6 +138,14 @@ def resume_in_order(
             model.to(device)
     assert optimizer is not None, f"{order} never builds the optimizer"
     return model, optimizer
+
+
+def second_device(device: torch.device) -> torch.device:
+    """Index 1 of `device`'s kind where this host can train on two devices of it, else `device`: a
+    worker given the second device, as a DDP rank 1 is."""
+    if device.type == "cpu" or devices.count(device.type) < 2:
+        return device
+    return torch.device(device.type, 1)
 
 
 def host_with(device: torch.device) -> Callable[[str], bool]:

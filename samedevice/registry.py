@@ -21,6 +21,8 @@ from types import ModuleType
 
 import torch
 
+from samedevice import devices
+
 
 def _catalog_root() -> Path:
     installed = Path(__file__).resolve().parent / "_catalog"
@@ -34,10 +36,13 @@ ROOT = _catalog_root()
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
 SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
     # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
-    # and convolution's composite checks the parameters' type against the input's (Convolution.cpp)
+    # and convolution's composite checks the parameters' type against the input's (Convolution.cpp);
+    # advanced indexing checks its indices itself (TensorAdvancedIndexing.cpp,
+    # check_indices_on_cpu_or_selfdevice)
     "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"
                                r"|Placeholder storage has not been allocated on MPS device"
-                               r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"),
+                               r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"
+                               r"|indices should be either on cpu or on the same device as the indexed tensor"),
     "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
     "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
     "oom": (torch.OutOfMemoryError, r"out of memory"),
@@ -53,9 +58,12 @@ class Scenario:
     title: str
     source: str
     symptoms: dict[str, str] = field(default_factory=dict)
+    min_devices: int = 1  # a two-device scenario shows its symptom only where the host has two of the kind
 
     def symptom(self, device_kind: str) -> str:
-        """What the broken module does on this device kind."""
+        """What the broken module does on this device kind, on this host."""
+        if device_kind != "cpu" and self.min_devices > 1 and devices.count(device_kind) < self.min_devices:
+            return "none"
         return self.symptoms[device_kind]
 
     def expected_error(self, device_kind: str) -> tuple[type[BaseException], str] | None:
@@ -107,6 +115,21 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed", _accelerators("mismatch", cuda="none")),
     Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
              "both seeds", _accelerators("mismatch")),
+    # Beyond the articles: model code
+    Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
+             "user reports", _accelerators("mismatch")),
+    Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
+             "user reports", _accelerators("mismatch", cpu="silent")),
+    Scenario("loss_class_weights", "CrossEntropyLoss / NLLLoss class weights made on CPU, or targets left on CPU",
+             "user reports", _accelerators("mismatch")),
+    Scenario("cpu_lookup_table", "A schedule kept as a plain CPU tensor, indexed by timesteps on the device",
+             "user reports", _accelerators("mismatch")),
+    Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
+             "user reports", _accelerators("mismatch", cpu="silent")),
+    Scenario("seed_device_check", "The 000 article's device check says all clear; its recovery misses the optimizer",
+             "000 seed (best practices)", _accelerators("mismatch")),
+    Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
+             "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2),
 )
 
 

@@ -1,10 +1,12 @@
-"""Hypothesis strategies for optimizer state layouts: every torch.optim optimizer with its flags,
+"""Hypothesis strategies for optimizer state layouts (every torch.optim optimizer with its flags,
 param groups, frozen and tied parameters, zero or more steps before the checkpoint, partial
-migrations of the state, and dtypes."""
+migrations of the state, and dtypes) and for module trees to audit (registered layers, containers,
+buffers, plain attributes and layers stranded in plain lists and dicts, each tensor on a drawn device)."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -121,3 +123,79 @@ def layouts(draw: st.DrawFn) -> Layout:
         steps_before=draw(st.integers(0, 2)),
         migrate_mask=draw(st.integers(0, 2**12 - 1)),
     )
+
+
+# ---- module trees, for the audit ---------------------------------------------------------------
+
+MEMBERS = ("layer", "module_list", "module_dict", "buffer", "parameter", "plain_tensor", "plain_list",
+           "plain_dict", "plain_tensors")
+
+
+def _check_devices(devices: Sequence[str], name: str) -> None:
+    if not devices:
+        raise ValueError(f"{name}: devices must name at least one device")
+    for d in devices:
+        torch.device(d)  # a named error for a device string PyTorch cannot parse
+
+
+@st.composite
+def module_trees(draw: st.DrawFn, *, devices: Sequence[str], max_depth: int = 2) -> nn.Module:
+    """A module whose members are drawn from MEMBERS, nested up to `max_depth` modules deep, each
+    tensor on a device drawn from `devices`. A leaf is an nn.Linear(2, 2)."""
+    _check_devices(devices, "module_trees")
+    if max_depth < 0:
+        raise ValueError(f"module_trees: max_depth must be at least 0, got {max_depth}")
+
+    def leaf() -> nn.Module:
+        return nn.Linear(2, 2).to(draw(st.sampled_from(devices)))
+
+    def child() -> nn.Module:
+        return draw(module_trees(devices=devices, max_depth=max_depth - 1)) if max_depth > 0 else leaf()
+
+    def tensor() -> torch.Tensor:
+        return torch.full((2,), float(draw(st.integers(0, 9))), device=draw(st.sampled_from(devices)))
+
+    module = nn.Module()
+    for i, member in enumerate(draw(st.lists(st.sampled_from(MEMBERS), max_size=4))):
+        name = f"m{i}"
+        if member == "layer":
+            setattr(module, name, child())
+        elif member == "module_list":
+            setattr(module, name, nn.ModuleList([child() for _ in range(draw(st.integers(1, 2)))]))
+        elif member == "module_dict":
+            setattr(module, name, nn.ModuleDict({"a": child()}))
+        elif member == "buffer":
+            module.register_buffer(name, tensor())
+        elif member == "parameter":
+            setattr(module, name, nn.Parameter(tensor()))
+        elif member == "plain_tensor":
+            setattr(module, name, tensor())  # neither parameter nor buffer: .to skips it
+        elif member == "plain_list":
+            setattr(module, name, [leaf()])  # a layer stranded in a plain list
+        elif member == "plain_dict":
+            setattr(module, name, {"a": leaf()})
+        else:
+            setattr(module, name, {"t": tensor()})
+    return module
+
+
+@st.composite
+def training_setups(draw: st.DrawFn, *, devices: Sequence[str]) -> tuple[torch.device, dict[str, object]]:
+    """A target device and the objects of a training step to audit: a module tree, and maybe an
+    optimizer over its parameters with momentum buffers on drawn devices, a criterion with a weight,
+    and a batch."""
+    _check_devices(devices, "training_setups")
+    model = draw(module_trees(devices=devices))
+    objects: dict[str, object] = {"model": model}
+    params = list(model.parameters())
+    if params and draw(st.booleans()):
+        optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+        for p in params:
+            if draw(st.booleans()):
+                optimizer.state[p]["momentum_buffer"] = torch.ones(p.shape, device=draw(st.sampled_from(devices)))
+        objects["optimizer"] = optimizer
+    if draw(st.booleans()):
+        objects["criterion"] = nn.CrossEntropyLoss(weight=torch.ones(2, device=draw(st.sampled_from(devices))))
+    if draw(st.booleans()):
+        objects["batch"] = {"x": torch.ones(3, 2, device=draw(st.sampled_from(devices)))}
+    return torch.device(draw(st.sampled_from(devices))), objects

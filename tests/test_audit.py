@@ -65,6 +65,13 @@ def sgd(params: Any) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.1, momentum=0.9)
 
 
+def _stepped_on_cpu() -> tuple[nn.Linear, torch.optim.Optimizer]:
+    fc = nn.Linear(3, 2)
+    optimizer = sgd(fc.parameters())
+    _step(fc, optimizer, CPU)
+    return fc, optimizer
+
+
 def _assert_pasteable(found: list[Misplaced], **objects: object) -> None:
     for item in found:
         tensor = eval(item.path, {}, dict(objects))
@@ -115,9 +122,7 @@ def test_paths_evaluate_to_the_misplaced_tensors() -> None:
 def test_parameters_of_no_module_passed_are_named_through_param_groups() -> None:
     """Without the model, a parameter is named by its place in param_groups, and reported itself if misplaced."""
     dev = emulator.device()
-    fc = nn.Linear(3, 2)
-    optimizer = sgd(fc.parameters())
-    _step(fc, optimizer, CPU)
+    _, optimizer = _stepped_on_cpu()
     found = audit.misplaced(dev, optimizer=optimizer)
     assert [m.path for m in found] == [
         "optimizer.state[optimizer.param_groups[0]['params'][0]]['momentum_buffer']",
@@ -365,12 +370,15 @@ def test_training_setup_built_on_the_device_is_clean(device: torch.device) -> No
 # ---- reporting ------------------------------------------------------------------------------
 
 
-def test_report_lists_one_tensor_a_line() -> None:
-    """report() gives a heading and one line per misplaced tensor, and nothing when all is well."""
+MOVE_BATCH = "move it where it is made: batch = move_to(batch, device) (fixes/batch_not_moved.py)"
+
+
+def test_report_lists_one_tensor_a_line_with_its_fix() -> None:
+    """report() gives a heading, a line per misplaced tensor and its fix below, and nothing when all is well."""
     dev = emulator.device()
     assert audit.report(dev, x=torch.ones(2, device=dev)) == ""
     assert audit.report(dev, batch={"x": torch.ones(2, 3)}) == (
-        "1 tensor not on emulated:0:\n    batch['x'] is on cpu (shape (2, 3))"
+        f"1 tensor not on emulated:0:\n    batch['x'] is on cpu (shape (2, 3))\n        fix: {MOVE_BATCH}"
     )
 
 
@@ -401,6 +409,169 @@ def test_register_and_take(request: pytest.FixtureRequest) -> None:
     audit.register(request, dev, batch=batch)
     batch["y"] = torch.ones(1)  # audited when taken, as the test left things
     assert audit.take(request.node) == (
-        "2 tensors not on emulated:0:\n    batch['x'] is on cpu (shape (2,))\n    batch['y'] is on cpu (shape (1,))"
+        f"2 tensors not on emulated:0:\n    batch['x'] is on cpu (shape (2,))\n        fix: {MOVE_BATCH}"
+        f"\n    batch['y'] is on cpu (shape (1,))\n        fix: {MOVE_BATCH}"
     )
     assert audit.take(request.node) == ""
+
+
+# ---- fixes, structure and repair --------------------------------------------------------------
+
+
+class Stranded(nn.Module):
+    """Layers in a plain list and a plain dict, a plain tensor attribute, and one registered layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.blocks = [nn.Linear(2, 2)]
+        self.heads = {"cls": nn.Sequential(nn.Linear(2, 2))}
+        self.scale = torch.ones(2)
+
+
+def test_stranded_layers_are_named_with_the_container_to_fix() -> None:
+    """A layer in a plain list or dict is reported as stranded; its fix names the container and the nn class."""
+    dev = emulator.device()
+    model = Stranded().to(dev)
+    found = audit.misplaced(dev, model=model)
+    assert [(m.path, m.kind) for m in found] == [
+        ("model.blocks[0].weight", "stranded"), ("model.blocks[0].bias", "stranded"),
+        ("model.heads['cls'][0].weight", "stranded"), ("model.heads['cls'][0].bias", "stranded"),
+        ("model.scale", "attribute"),
+    ]
+    assert found[0].fix.startswith("make model.blocks an nn.ModuleList")
+    assert found[2].fix.startswith("make model.heads an nn.ModuleDict")
+    assert found[4].fix == "register it in Stranded.__init__: self.register_buffer('scale', ...)"
+    _assert_pasteable(found, model=model)
+
+
+def test_structure_finds_stranded_layers_on_cpu() -> None:
+    """On CPU, where nothing is misplaced, structure() still names each stranded layer: what CPU CI can catch."""
+    model = Stranded()
+    assert audit.misplaced("cpu", model=model) == []
+    found = audit.structure(model=model)
+    assert [(f.path, f.problem) for f in found] == [("model.blocks[0]", "stranded"), ("model.heads['cls']", "stranded")]
+    assert "nn.ModuleList" in found[0].fix
+    assert "nn.ModuleDict" in found[1].fix
+    assert audit.structure(model=nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.Linear(2, 2)]))) == []
+
+
+def test_structure_finds_orphaned_and_missing_parameters() -> None:
+    """A head replaced after the optimizer was built: the old head's parameters are orphaned, the new one's missing."""
+    model = Net()
+    model.fc.weight.requires_grad_(False)  # frozen: not missing
+    optimizer = sgd([p for p in model.parameters() if p.requires_grad])
+    model.heads["out"] = nn.Linear(4, 2)
+    found = audit.structure(model=model, optimizer=optimizer)
+    assert [(f.path, f.problem) for f in found] == [
+        ("optimizer.param_groups[0]['params'][3]", "orphaned"), ("optimizer.param_groups[0]['params'][4]", "orphaned"),
+        ("model.heads['out'].weight", "missing"), ("model.heads['out'].bias", "missing"),
+    ]
+    assert "build the optimizer last" in found[0].fix
+    assert "add_param_group" in found[2].fix
+    assert audit.structure(optimizer=optimizer) == []  # no module passed: nothing to call orphaned
+    assert audit.structure(model=model) == []  # no optimizer passed: nothing to call missing
+    assert audit.structure(model=model, optimizer=sgd(model.parameters())) == []
+
+
+def test_modules_passed_by_keyword_are_moved_as_one() -> None:
+    """A criterion, or modules in a list, passed by any keyword: their fix is `<keyword>.to(device)`."""
+    dev = emulator.device()
+    criterion = nn.BCEWithLogitsLoss(pos_weight=torch.ones(2))
+    extra = [nn.Linear(1, 1).to(dev), nn.CrossEntropyLoss(weight=torch.ones(2))]
+    found = audit.misplaced(dev, criterion=criterion, losses=extra)
+    assert [(m.path, m.kind, m.fix) for m in found] == [
+        ("criterion.pos_weight", "module", "criterion.to(device)"),
+        ("losses[1].weight", "module", "losses[1].to(device)"),
+    ]
+    result = audit.repair(dev, criterion=criterion, losses=extra)
+    assert (result.moved, result.refused) == (found, [])
+    assert criterion.pos_weight.device == dev
+    assert extra[1].weight.device == dev
+
+
+def test_parameters_are_named_by_their_module_whatever_the_order() -> None:
+    """Passed before the model, the optimizer's parameters are still named (and moved) by the model."""
+    dev = emulator.device()
+    fc = nn.Linear(3, 2)
+    optimizer = sgd(fc.parameters())
+    assert [(m.path, m.kind) for m in audit.misplaced(dev, optimizer=optimizer, fc=fc)] == [
+        ("fc.weight", "module"), ("fc.bias", "module"),
+    ]
+    assert [(m.path, m.kind) for m in audit.misplaced(dev, optimizer=optimizer)] == [
+        ("optimizer.param_groups[0]['params'][0]", "param"), ("optimizer.param_groups[0]['params'][1]", "param"),
+    ]
+
+
+def test_repair_moves_model_criterion_and_state_and_refuses_code_changes() -> None:
+    """repair moves the model, the criterion and the optimizer state; it refuses stranded layers, plain
+    attributes, batches and tensor settings, each with the code change to make, and leaves them as they were."""
+    dev = emulator.device()
+    model = Stranded()
+    optimizer = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1), momentum=0.9)
+    model.fc(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    criterion = nn.CrossEntropyLoss(weight=torch.ones(2))
+    batch = {"x": torch.ones(1, 2)}
+    before = audit.misplaced(dev, model=model, optimizer=optimizer, criterion=criterion, batch=batch)
+    result = audit.repair(dev, model=model, optimizer=optimizer, criterion=criterion, batch=batch)
+    assert [m.path for m in result.moved] == [
+        "model.fc.weight", "model.fc.bias", "criterion.weight",
+        "optimizer.state[model.fc.weight]['momentum_buffer']", "optimizer.state[model.fc.bias]['momentum_buffer']",
+    ]
+    assert [(m.path, m.kind) for m in result.refused] == [
+        ("model.blocks[0].weight", "stranded"), ("model.blocks[0].bias", "stranded"),
+        ("model.heads['cls'][0].weight", "stranded"), ("model.heads['cls'][0].bias", "stranded"),
+        ("model.scale", "attribute"), ("optimizer.param_groups[0]['lr']", "param_group"), ("batch['x']", "batch"),
+    ]
+    assert all(m.fix for m in result.refused)
+    assert sorted(m.path for m in before) == sorted(m.path for m in result.moved + result.refused)
+    assert audit.misplaced(dev, model=model, optimizer=optimizer, criterion=criterion, batch=batch) == result.refused
+    assert optimizer.state[model.fc.weight]["momentum_buffer"].device == dev
+    assert "refused model.scale: register it in Stranded.__init__" in str(result)
+
+
+def test_repair_refuses_state_whose_parameter_stays_behind() -> None:
+    """State of a parameter no module passed holds is refused while that parameter is off the device."""
+    dev = emulator.device()
+    fc, optimizer = _stepped_on_cpu()
+    result = audit.repair(dev, optimizer=optimizer)
+    assert result.moved == []
+    assert [m.kind for m in result.refused] == ["state", "state", "param", "param"]
+    assert result.refused[0].fix.startswith("its parameter is on cpu: optimizer_to(optimizer)")
+    fc.to(dev)  # the model moved: now the state can follow its parameters
+    assert [m.kind for m in audit.repair(dev, optimizer=optimizer).moved] == ["state", "state"]
+    assert audit.misplaced(dev, fc=fc, optimizer=optimizer) == []
+
+
+def test_repair_repoints_the_optimizer_when_to_gives_new_parameters() -> None:
+    """Where module.to gives new Parameter objects (emulated to CPU here; CUDA too under PyTorch's
+    overwrite-on-conversion flag), repair points the optimizer and its state at the new ones."""
+    dev = emulator.device()
+    fc = nn.Linear(3, 2).to(dev)
+    optimizer = sgd(fc.parameters())
+    _step(fc, optimizer, dev)
+    result = audit.repair("cpu", fc=fc, optimizer=optimizer)
+    assert [m.path for m in result.refused] == []
+    assert optimizer.param_groups[0]["params"] == [fc.weight, fc.bias]
+    assert optimizer.param_groups[0]["params"][0] is fc.weight
+    assert set(map(id, optimizer.state)) == {id(fc.weight), id(fc.bias)}
+    assert audit.misplaced("cpu", fc=fc, optimizer=optimizer) == []
+    assert audit.structure(fc=fc, optimizer=optimizer) == []
+    _step(fc, optimizer, CPU)
+
+
+def test_repair_refuses_meta_tensors() -> None:
+    """A module on the meta device has no data to move: repair refuses it and says to use to_empty."""
+    with torch.device("meta"):
+        fc = nn.Linear(2, 2)
+    result = audit.repair(emulator.device(), fc=fc)
+    assert [m.path for m in result.refused] == ["fc.weight", "fc.bias"]
+    assert "to_empty" in result.refused[0].fix
+
+
+def test_report_lists_structural_problems() -> None:
+    """report() adds the structural problems, each with its fix, after the misplaced tensors."""
+    text = audit.report("cpu", model=Stranded())
+    assert text.splitlines()[0] == "2 structural problems:"
+    assert "    model.blocks[0] is stranded" in text.splitlines()

@@ -542,9 +542,11 @@ def test_backward_on_the_guard_less_fallback_is_limited_to_index_0() -> None:
     and one autograd queue, so backward on emulated:1 fails; the emulator says so in one line."""
     code = ("import torch; from samedevice import emulator; w = torch.ones(2, device=emulator.device(0), "
             "requires_grad=True); (w * 2).sum().backward(); print('index 0 ok');"
+            "print('trainable', emulator.trainable_device_count());"
             "w = torch.ones(2, device=emulator.device(1), requires_grad=True); (w * 2).sum().backward()")
     done = run_python(code, SAMEDEVICE_EMULATOR_GUARD="python")
     assert "index 0 ok" in done.stdout
+    assert "trainable 1" in done.stdout
     assert done.returncode != 0
     assert "device_ready_queues_" in done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("samedevice:")]

@@ -83,6 +83,7 @@ def test_unknown_index_is_refused(current_device_0: None) -> None:
 
 def test_backward_on_the_second_index() -> None:
     """A model on emulated:1 trains: backward runs there and its gradients match CPU's."""
+    assert emulator.trainable_device_count() == 2
     torch.manual_seed(0)
     cpu = torch.nn.Linear(4, 2)
     dev = torch.nn.Linear(4, 2)

@@ -10,11 +10,11 @@ import re
 
 import pytest
 import torch
-from hypothesis import given, note
+from hypothesis import find, given, note
 
 from samedevice import audit, emulator, registry
 from tests.helpers import closure_step
-from tests.strategies import FuzzNet, Layout, layouts
+from tests.strategies import FuzzNet, Layout, layouts, module_trees, training_setups
 
 optimizer_to = registry.helper("optimizer_to").optimizer_to
 pytestmark = pytest.mark.emulator
@@ -233,3 +233,39 @@ def test_checkpoint_round_trips_every_layout(layout: Layout) -> None:
     _state_equal(optimizer, fresh_optimizer)
     _train(fresh, fresh_optimizer, range(layout.steps_before, STEPS_TOTAL), DEVICE)
     _assert_matches(fresh, _reference(layout))
+
+
+@given(training_setups(devices=["cpu", "emulated:0", "emulated:1"]))
+def test_repair_moves_or_refuses_every_misplaced_tensor(setup: tuple[torch.device, dict[str, object]]) -> None:
+    """Whatever misplaced reports, repair moves it (values kept) or refuses it with a reason; after
+    repair, misplaced reports exactly the refused tensors, and a second repair moves nothing."""
+    target, objects = setup
+    before = audit.misplaced(target, **objects)
+    values = {m.path: eval(m.path, {}, dict(objects)).detach().cpu().clone() for m in before}
+    note(f"target {target}; misplaced: {[str(m) for m in before]}")
+    result = audit.repair(target, **objects)
+    note(str(result))
+    assert sorted(m.path for m in result.moved + result.refused) == sorted(values)
+    assert all(m.fix for m in result.refused)
+    assert audit.misplaced(target, **objects) == result.refused
+    for m in before:
+        tensor = eval(m.path, {}, dict(objects))
+        assert torch.equal(tensor.detach().cpu(), values[m.path]), m.path
+        if m in result.moved:
+            assert tensor.device == target, m.path
+    again = audit.repair(target, **objects)
+    assert (again.moved, again.refused) == ([], result.refused)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: module_trees(devices=[]), "module_trees: devices must name at least one device"),
+        (lambda: module_trees(devices=["cpu"], max_depth=-1), "module_trees: max_depth must be at least 0, got -1"),
+        (lambda: training_setups(devices=[]), "training_setups: devices must name at least one device"),
+    ],
+)
+def test_tree_strategies_name_bad_arguments(make, message: str) -> None:
+    """The module-tree strategies refuse bad arguments with an error naming the strategy and the argument."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        find(make(), lambda _: True)

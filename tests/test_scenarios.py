@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
-from samedevice import harness, orders, registry, tiny
+from samedevice import audit, devices, harness, orders, registry, tiny
 from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
 from tests.helpers import assert_same_params, closure_step
 
@@ -377,3 +378,365 @@ def test_optimizer_to_custom_optimizer(accelerator: torch.device) -> None:
     assert state["count"] == 1
     optimizer.step()
     assert state["count"] == 2
+
+
+# ---- factory_in_forward --------------------------------------------------------------------------
+
+
+@parametrize_cases(
+    Case("arange", make=lambda h: h + torch.arange(h.shape[1]), message=f"{SAME}, but found at least two devices"),
+    Case("ones", make=lambda h: h * torch.ones(h.shape[1]), message=f"{SAME}, but found at least two devices"),
+    Case("from_numpy_mask", make=lambda h: h.masked_fill(torch.from_numpy(np.eye(2, 16, dtype=bool)), 0.0),
+         message="expected self and mask to be on the same device, but got mask on cpu and self on "),
+    Case("cat_zeros", make=lambda h: torch.cat([h, torch.zeros(2, 1)], dim=1),
+         message=f"{SAME}, but got tensors is on cpu, different from other tensors on .* "
+                 r"\(when checking argument in method wrapper_\w+_cat\)"),
+)
+def test_factory_in_forward_messages(make, message: str, accelerator: torch.device) -> None:
+    """Each factory left on CPU inside forward raises on an accelerator, each with its own wording."""
+    h = torch.ones(2, 16, device=accelerator)
+    with pytest.raises(RuntimeError, match=message):
+        make(h)
+    assert make(h.cpu()).device.type == "cpu"
+
+
+class GRUNet(nn.Module):
+    def __init__(self, *, hidden_from_input: bool) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(3, 4, batch_first=True)
+        self.hidden_from_input = hidden_from_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0 = x.new_zeros(1, x.shape[0], 4) if self.hidden_from_input else torch.zeros(1, x.shape[0], 4)
+        return self.rnn(x, h0)[0]
+
+
+def test_factory_in_forward_rnn_initial_hidden_state(accelerator: torch.device) -> None:
+    """An RNN's h0 made with torch.zeros raises RNN's own message; x.new_zeros puts it on x's device."""
+    x = torch.randn(2, 5, 3)
+    broken, fixed = GRUNet(hidden_from_input=False), GRUNet(hidden_from_input=True)
+    fixed.load_state_dict(broken.state_dict())
+    with torch.no_grad():  # no graph holds the weights: the emulator's .to swaps them in place
+        expected = broken(x)  # on CPU the broken model runs
+    with pytest.raises(RuntimeError, match=rf"Input and hidden tensors are not at the same device, "
+                                           rf"found input tensor at {accelerator} and hidden tensor at cpu"):
+        broken.to(accelerator)(x.to(accelerator))
+    torch.testing.assert_close(fixed.to(accelerator)(x.to(accelerator)).cpu(), expected)
+
+
+def test_factory_in_forward_new_zeros_keeps_dtype(accelerator: torch.device) -> None:
+    """x.new_zeros takes x's dtype as well as its device; torch.zeros(..., device=x.device) takes the default dtype."""
+    x = torch.ones(2, 3, dtype=torch.float64, device=accelerator)
+    assert (x.new_zeros(3).device, x.new_zeros(3).dtype) == (x.device, torch.float64)
+    assert torch.zeros(3, device=x.device).dtype == torch.float32
+
+
+def test_factory_in_forward_mask_buffer_moves_and_stays_out_of_checkpoints(accelerator: torch.device) -> None:
+    """The fixed model's mask is a non-persistent buffer: .to moves it, state_dict leaves it out."""
+    model = registry.get("factory_in_forward").fix().PositionNet()
+    assert "keep_out" not in model.state_dict()
+    assert model.to(accelerator).keep_out.device == accelerator
+
+
+# ---- plain_list_layers ---------------------------------------------------------------------------
+
+
+def test_plain_list_layers_never_train_on_cpu(tmp_path: Path) -> None:
+    """On CPU the listed layers run but never train, and neither parameters() nor state_dict has them."""
+    case = registry.get("plain_list_layers").case()
+    model = case.BlockNet()
+    before = [block.weight.detach().clone() for block in model.blocks]
+    assert len(list(model.parameters())) == 4  # fc1 and fc2 only
+    harness.train(model, harness.sgd(model.parameters()), harness.batches(), torch.device("cpu"))
+    assert all(torch.equal(block.weight, w) for block, w in zip(model.blocks, before))
+    assert not any(key.startswith("blocks") for key in model.state_dict())
+    fixed = registry.get("plain_list_layers").fix().run(torch.device("cpu"), tmp_path)
+    assert {"blocks.0.weight", "blocks.1.bias"} <= fixed.keys()
+
+
+class HeadsNet(nn.Module):
+    def __init__(self, *, registered: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        heads = {"left": nn.Linear(3, 2), "right": nn.Linear(3, 2)}
+        self.heads = nn.ModuleDict(heads) if registered else heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.heads["left"](x) + self.heads["right"](x)
+
+
+def test_plain_list_layers_plain_dict(accelerator: torch.device) -> None:
+    """Layers in a plain dict are skipped by .to like a plain list's; nn.ModuleDict moves them."""
+    x = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match=rf"{SAME}, but got mat1 is on {accelerator}, different from other "
+                                           r"tensors on cpu \(when checking argument in method wrapper_\w+_addmm\)"):
+        HeadsNet(registered=False).to(accelerator)(x.to(accelerator))
+    with torch.no_grad():
+        expected = HeadsNet(registered=True)(x)
+        moved = HeadsNet(registered=True).to(accelerator)(x.to(accelerator))
+    torch.testing.assert_close(moved.cpu(), expected)
+
+
+def test_plain_list_layers_convolution_message(accelerator: torch.device) -> None:
+    """A convolution left on CPU by a plain list raises convolution's own type check instead."""
+    convs = [nn.Conv1d(2, 2, 1)]
+    with pytest.raises(RuntimeError, match=r"Input type \(.*\) and weight type \(torch\.FloatTensor\) should be"):
+        convs[0](torch.ones(1, 2, 3, device=accelerator))
+
+
+def test_plain_list_layers_audit_names_the_stranded_layers(device: torch.device) -> None:
+    """The audit names the listed layers on any device; repair refuses them with the ModuleList change."""
+    model = registry.get("plain_list_layers").case().BlockNet().to(device)
+    assert [(f.path, f.problem) for f in audit.structure(model=model)] == [
+        ("model.blocks[0]", "stranded"), ("model.blocks[1]", "stranded"),
+    ]
+    assert audit.structure(model=registry.get("plain_list_layers").fix().BlockNet()) == []
+    result = audit.repair(device, model=model)
+    if device.type == "cpu":
+        assert result.refused == []
+    else:
+        paths = [f"model.blocks[{i}].{n}" for i in (0, 1) for n in ("weight", "bias")]
+        assert [m.path for m in result.refused] == paths
+        assert all(m.fix.startswith("make model.blocks an nn.ModuleList") for m in result.refused)
+
+
+# ---- loss_class_weights --------------------------------------------------------------------------
+
+NAMED = SAME + r", but got {} is on cpu, different from other tensors on {} " \
+        r"\(when checking argument in method wrapper_\w+_nll_loss_forward\)"
+CE, NLL = nn.CrossEntropyLoss, nn.NLLLoss
+
+
+@parametrize_cases(
+    # names: the argument the message names; None: the two-devices message, which names none
+    Case("ce-weight", loss=CE, flags={}, weight="cpu", target="index", names="weight"),
+    Case("ce-targets", loss=CE, flags={}, weight="device", target="index_cpu", names="target"),
+    Case("ce-both", loss=CE, flags={}, weight="cpu", target="index_cpu", names="target"),
+    Case("ce-label_smoothing-weight", loss=CE, flags={"label_smoothing": 0.1}, weight="cpu", target="index",
+         names="weight"),
+    Case("nll-weight", loss=NLL, flags={}, weight="cpu", target="index", names="weight"),
+    Case("nll-targets", loss=NLL, flags={}, weight="device", target="index_cpu", names="target"),
+    Case("ce-probabilities-weight", loss=CE, flags={}, weight="cpu", target="probs", names=None),
+    Case("ce-probabilities-targets", loss=CE, flags={}, weight="device", target="probs_cpu", names=None),
+)
+def test_loss_class_weights_messages(loss, flags: dict, weight: str, target: str, names: str | None,
+                                     accelerator: torch.device) -> None:
+    """The message names the target when it is on CPU, else the weight; probability targets take
+    another path, whose message names no argument."""
+    logits = torch.randn(4, 2, device=accelerator).log_softmax(dim=1)
+    y = {"index": torch.tensor([0, 1, 1, 0]), "probs": torch.full((4, 2), 0.5)}[target.removesuffix("_cpu")]
+    y = y if target.endswith("_cpu") else y.to(accelerator)
+    w = torch.tensor([1.0, 3.0], device=accelerator if weight == "device" else "cpu")
+    pattern = f"{SAME}, but found at least two devices, {accelerator} and cpu!" if names is None else \
+        NAMED.format(names, accelerator)
+    with pytest.raises(RuntimeError, match=pattern):
+        loss(weight=w, **flags)(logits, y)
+
+
+def test_loss_class_weights_audit_and_repair(accelerator: torch.device) -> None:
+    """The audit names the criterion's weight, fix `criterion.to(device)`; repair moves it and the loss runs."""
+    criterion = registry.get("loss_class_weights").case().make_criterion(accelerator)
+    [item] = audit.misplaced(accelerator, criterion=criterion)
+    assert (item.path, item.kind, item.fix) == ("criterion.weight", "module", "criterion.to(device)")
+    assert [m.path for m in audit.repair(accelerator, criterion=criterion).moved] == ["criterion.weight"]
+    loss = criterion(torch.zeros(4, 2, device=accelerator), torch.tensor([0, 1, 1, 0], device=accelerator))
+    assert loss.device == accelerator
+
+
+# ---- cpu_lookup_table ----------------------------------------------------------------------------
+
+TABLE = torch.linspace(1.0, 0.1, 10)
+
+
+@parametrize_cases(
+    Case("index-device-timesteps", look_up=lambda t: TABLE[t], on_device=True,
+         message=r"indices should be either on cpu or on the same device as the indexed tensor \(cpu\)"),
+    Case("gather-device-timesteps", look_up=lambda t: TABLE.gather(-1, t), on_device=True,
+         message=SAME + r", but got index is on {}, different from other tensors on cpu "
+                        r"\(when checking argument in method wrapper_\w+_gather\)"),
+    Case("index-cpu-timesteps", look_up=lambda t: TABLE[t], on_device=False,
+         message=SAME + ", but found at least two devices, {} and cpu!"),
+)
+def test_cpu_lookup_table_messages(look_up, on_device: bool, message: str, accelerator: torch.device) -> None:
+    """Device timesteps fail at the lookup itself; CPU timesteps succeed there and fail in the next product."""
+    t = torch.tensor([1, 5, 9])
+    x = torch.ones(3, device=accelerator)
+    with pytest.raises(RuntimeError, match=message.format(accelerator)):
+        look_up(t.to(accelerator) if on_device else t) * x
+
+
+def test_cpu_lookup_table_python_int_is_a_scalar(accelerator: torch.device) -> None:
+    """A lookup by Python int (a sampling loop) gives a 0-dim CPU tensor, which the device takes as a scalar."""
+    x = torch.ones(3, device=accelerator)
+    assert TABLE[4].dim() == 0
+    assert (TABLE[4] * x).device == accelerator
+
+
+def test_cpu_lookup_table_index_on_cpu_then_move(accelerator: torch.device) -> None:
+    """The second fix, index on the table's device and move the result, gives the buffer fix's numbers."""
+    t = torch.tensor([1, 5, 9], device=accelerator)
+    moved = TABLE[t.cpu()].to(t.device)
+    assert moved.device == accelerator
+    torch.testing.assert_close(moved.cpu(), TABLE.to(accelerator)[t].cpu())
+
+
+def test_cpu_lookup_table_audit_refuses_the_plain_attribute(accelerator: torch.device) -> None:
+    """The audit names the table as a plain attribute to register as a buffer; repair refuses to move it."""
+    model = registry.get("cpu_lookup_table").case().ScheduledNet().to(accelerator)
+    result = audit.repair(accelerator, model=model)
+    assert [(m.path, m.kind) for m in result.refused] == [("model.alphas_cumprod", "attribute")]
+    assert result.refused[0].fix == "register it in ScheduledNet.__init__: self.register_buffer('alphas_cumprod', ...)"
+    fixed = registry.get("cpu_lookup_table").fix().ScheduledNet().to(accelerator)
+    assert audit.misplaced(accelerator, model=fixed) == []
+
+
+# ---- head_replaced_after_to ----------------------------------------------------------------------
+
+
+def test_head_replaced_after_to_never_trains_on_cpu() -> None:
+    """On CPU the case runs, but the new head keeps its initial weights: the optimizer never held it."""
+    case = registry.get("head_replaced_after_to").case()
+    result = case.run(torch.device("cpu"), Path())
+    head = case.new_head()
+    assert torch.equal(result["fc2.weight"], head.weight.detach())
+    assert torch.equal(result["fc2.bias"], head.bias.detach())
+
+
+def test_head_replaced_after_to_with_the_optimizer_built_after(accelerator: torch.device) -> None:
+    """Built after the new head, the optimizer holds it, and the head made on CPU still raises on the device."""
+    case = registry.get("head_replaced_after_to").case()
+    model = harness.new_model().to(accelerator)
+    model.fc2 = case.new_head()
+    optimizer = harness.sgd(model.parameters())
+    assert audit.structure(model=model, optimizer=optimizer) == []
+    with pytest.raises(RuntimeError, match=SAME):
+        harness.train(model, optimizer, harness.batches(), accelerator)
+
+
+def test_head_replaced_after_to_moving_the_head_is_not_enough(accelerator: torch.device, tmp_path: Path) -> None:
+    """Moving the new head silences the error, but the head never trains; the audit names the orphaned and
+    missing parameters, which no device move repairs."""
+    case = registry.get("head_replaced_after_to").case()
+    model = harness.new_model().to(accelerator)
+    optimizer = harness.sgd(model.parameters())
+    model.fc2 = case.new_head()
+    found = audit.structure(model=model, optimizer=optimizer)
+    assert [(f.path, f.problem) for f in found] == [
+        ("optimizer.param_groups[0]['params'][2]", "orphaned"), ("optimizer.param_groups[0]['params'][3]", "orphaned"),
+        ("model.fc2.weight", "missing"), ("model.fc2.bias", "missing"),
+    ]
+    assert [m.path for m in audit.repair(accelerator, model=model, optimizer=optimizer).moved] == [
+        "model.fc2.weight", "model.fc2.bias",
+    ]
+    assert audit.structure(model=model, optimizer=optimizer) == found
+    harness.train(model, optimizer, harness.batches(), accelerator)
+    assert torch.equal(model.fc2.weight.detach().cpu(), case.new_head().weight.detach())
+    expected = registry.get("head_replaced_after_to").fix().run(torch.device("cpu"), tmp_path)
+    with pytest.raises(AssertionError):
+        assert_same_params(harness.cpu_state(model), expected, exact=False)
+
+
+# ---- seed_device_check ---------------------------------------------------------------------------
+
+
+def _seed_resume(device: torch.device, workdir: Path):
+    case = registry.get("seed_device_check").case()
+    model, optimizer, criterion = case.resume(harness.write_checkpoint(workdir, case.make_optimizer), device)
+    return case, model, optimizer, criterion, harness.binary_batches()[harness.STEPS_BEFORE:]
+
+
+def test_seed_device_check_says_all_clear(accelerator: torch.device, tmp_path: Path) -> None:
+    """The article's check passes while the audit names the criterion's weight and every momentum buffer."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    assert case.check_device_consistency(accelerator, model, optimizer, criterion, data[0][0].to(accelerator))
+    found = audit.misplaced(accelerator, model=model, optimizer=optimizer, criterion=criterion)
+    names = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+    assert [m.path for m in found] == [f"optimizer.state[model.{n}]['momentum_buffer']" for n in names] + [
+        "criterion.pos_weight",
+    ]
+
+
+def test_seed_device_check_recovery_leaves_the_optimizer(accelerator: torch.device, tmp_path: Path) -> None:
+    """Even run unconditionally, the article's recovery fixes the loss, and the optimizer step raises next."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    case.recover(accelerator, model, optimizer, criterion)
+    x, y = data[0][0].to(accelerator), data[0][1].to(accelerator)
+    criterion(model(x), y).backward()
+    with pytest.raises(RuntimeError, match=SAME):
+        optimizer.step()
+
+
+def test_seed_device_check_data_on_cpu(accelerator: torch.device, tmp_path: Path) -> None:
+    """With the data left on CPU the check does fail, and the recovery, which does not move data, leaves it failing."""
+    case, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    x = data[0][0]
+    assert not case.check_device_consistency(accelerator, model, optimizer, criterion, x)
+    case.recover(accelerator, model, optimizer, criterion)
+    with pytest.raises(RuntimeError, match=SAME):
+        model(x)
+
+
+def test_seed_device_check_repair_as_the_recovery(accelerator: torch.device, tmp_path: Path) -> None:
+    """audit.repair moves the model, the criterion and the optimizer state; training then matches the reference."""
+    _, model, optimizer, criterion, data = _seed_resume(accelerator, tmp_path)
+    result = audit.repair(accelerator, model=model, optimizer=optimizer, criterion=criterion)
+    assert (len(result.moved), result.refused) == (5, [])
+    harness.train(model, optimizer, data, accelerator, criterion)
+    (tmp_path / "ref").mkdir()
+    expected = registry.get("seed_device_check").fix().run(torch.device("cpu"), tmp_path / "ref")
+    assert_same_params(harness.cpu_state(model), expected, exact=False)
+
+
+# ---- index_less_device ---------------------------------------------------------------------------
+
+
+def _two_devices(accelerator: torch.device) -> torch.device:
+    """The second device of the accelerator's kind; skips where the host cannot train on two."""
+    count = devices.count(accelerator.type)
+    if count < 2:
+        pytest.skip(f"index_less_device needs two {accelerator.type} devices; this host can train on {count}")
+    return torch.device(accelerator.type, 1)
+
+
+def test_index_less_device_means_the_current_device(accelerator: torch.device) -> None:
+    """A device without an index, in a factory, in .to() or in a module's .to(), is the current device:
+    0 until it is set, the set one inside the device context."""
+    second = _two_devices(accelerator)
+    kind = accelerator.type
+    x = torch.ones(2, device=second)
+    made = [torch.zeros(1, device=kind), x.to(kind), nn.Linear(1, 1).to(kind).weight]
+    assert {t.device.index for t in made} == {0}
+    with torch.get_device_module(kind).device(1):
+        made = [torch.zeros(1, device=kind), x.cpu().to(kind), nn.Linear(1, 1).to(kind).weight]
+        assert {t.device.index for t in made} == {1}
+    with pytest.raises(RuntimeError, match=f"{SAME}, but found at least two devices, {second} and {kind}:0!"):
+        x + torch.ones(2, device=kind)
+
+
+def test_index_less_device_fixed_by_the_current_device(accelerator: torch.device, tmp_path: Path) -> None:
+    """The other fix: the broken worker's own code, run with its device made the current one, trains right."""
+    _two_devices(accelerator)
+    scenario = registry.get("index_less_device")
+    with torch.get_device_module(accelerator.type).device(1):
+        result = scenario.case().run(accelerator, tmp_path)
+    assert_same_params(result, scenario.fix().run(torch.device("cpu"), tmp_path), exact=False)
+
+
+def test_index_less_device_audit_names_the_batch(accelerator: torch.device) -> None:
+    """Audited against the worker's device, the batch moved with an index-less device is named, on device 0."""
+    second = _two_devices(accelerator)
+    model = nn.Linear(2, 2).to(second)
+    batch = {"x": torch.ones(1, 2).to(accelerator.type)}
+    assert audit.misplaced(second, model=model, batch=batch) == [
+        audit.Misplaced("batch['x']", torch.device(accelerator.type, 0), (1, 2)),
+    ]
+
+
+def test_index_less_device_is_harmless_with_one_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host with one device of the kind, index-less and indexed names agree: the symptom is none."""
+    scenario = registry.get("index_less_device")
+    assert scenario.symptom("cuda") == ("mismatch" if devices.count("cuda") >= 2 else "none")
+    assert scenario.symptom("mps") == "none"
+    monkeypatch.setattr(devices, "count", lambda kind: 1)
+    assert scenario.symptom("emulated") == "none"
+    assert harness.second_device(torch.device("emulated", 0)) == torch.device("emulated", 0)

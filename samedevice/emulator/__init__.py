@@ -54,6 +54,7 @@ from samedevice.emulator.registration import (
     device,
     is_absent,
     is_emulated,
+    trainable_device_count,
     unavailable_reason,
 )
 from samedevice.emulator.tensor import EmulatedTensor
@@ -63,5 +64,5 @@ registration._on_register.extend([tensor._register_kernels, serialization.regist
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",
     "device", "is_absent", "is_emulated", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats",
-    "set_capacity", "unavailable_reason",
+    "set_capacity", "trainable_device_count", "unavailable_reason",
 ]

@@ -244,5 +244,13 @@ def active() -> Iterator[None]:
     yield
 
 
+def trainable_device_count() -> int:
+    """How many emulated devices run backward here: both with the C++ device guard, one without it."""
+    register()
+    if is_absent():
+        return 0
+    return DEVICE_COUNT if _native_guard else 1
+
+
 def is_emulated(dev: torch.device | str) -> bool:
     return torch.device(dev).type == NAME
