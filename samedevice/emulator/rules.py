@@ -204,21 +204,29 @@ def _check_foreach(func: Any, args: Any, kwargs: Any) -> int | None:
     # of those is a TensorIterator op with its own device check.
     # A `scalars` tensor (the .Tensor overloads, e.g. _foreach_add_(self, scalars)) holds one number per
     # tensor and must be on CPU (convert_tensor_to_scalar_list): it is not an operand.
-    named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
-    values = [v for name, v in named.items() if name != "scalars"]
-    lists = [a for a in values if isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in a)]
+    names = _arg_names(func)
+    values = [v for name, v in zip(names, args) if name != "scalars"]
+    values += [v for name, v in kwargs.items() if name != "scalars"]
+    lists = [a for a in values if type(a) in (list, tuple) and any(isinstance(t, torch.Tensor) for t in a)]
     scalars = [a for a in values if isinstance(a, torch.Tensor)]
-    first = next((t.device for t in lists[0] if t is not None), None) if lists else None
-    if first is not None and first.type == NAME and all(
-        t is None or t.device == first for group in (*lists, scalars) for t in group
-    ):
-        return emulated_index(first)  # all on one device: CUDA's fast path, nothing to check
-    index = None
+    index = same_index([t for group in lists for t in group if t is not None] + scalars)
+    if index is not None:
+        return index  # all on one device: CUDA's fast path, nothing to check
     for row in zip(*lists):
         row_tensors = tensors(list(row))
         found = check_tensor_iterator(row_tensors[:1], row_tensors[1:] + scalars)
         index = found if index is None else index
     return index
+
+
+_ARG_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _arg_names(func: Any) -> tuple[str, ...]:
+    names = _ARG_NAMES.get(id(func))
+    if names is None:
+        names = _ARG_NAMES[id(func)] = tuple(a.name for a in func._schema.arguments)
+    return names
 
 
 def _wrapper_name(func: Any, plan: Plan | None) -> str:

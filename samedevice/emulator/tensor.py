@@ -196,6 +196,17 @@ def _unwrap_flat(args: Any) -> list[Any] | None:
     return out
 
 
+def _unwrap_arg(a: Any) -> Any:
+    """One op argument with its emulated tensors replaced by their CPU data: op arguments are at
+    most lists of tensors (Tensor[], Tensor?[]), so one level is all there is."""
+    t = type(a)
+    if t is EmulatedTensor:
+        return a.elem
+    if t is list or t is tuple:
+        return [x.elem if type(x) is EmulatedTensor else x for x in a]
+    return a
+
+
 def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
     flat = None if kwargs else _unwrap_flat(args)
     if flat is not None and not _is_mutable(func):
@@ -203,13 +214,16 @@ def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
         if type(out) is torch.Tensor:
             return out if index is None else EmulatedTensor(out, index)
         return wrap_outputs(out, {}, index)
-    cpu_args, cpu_kwargs = tree_map(unwrap, (args, kwargs))
+    cpu_args = [_unwrap_arg(a) for a in args]
+    cpu_kwargs = {k: _unwrap_arg(v) for k, v in kwargs.items()}
     if kwargs.get("device") is not None:
         # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
         target = torch.device(kwargs["device"])
         index = resolve(target) if target.type == NAME else None
         cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
+    if out is None or (type(out) in (list, tuple) and not out):
+        return out  # in-place foreach ops return nothing
     same: dict[int, EmulatedTensor] = {}
     if _is_mutable(func):
         # in-place and out= ops return their input: hand back the caller's emulated tensor
