@@ -52,8 +52,9 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
         return func._op_dk(_composite_key(func), *args, **kwargs)
     if rule == "missing":
         raise NotImplementedError(
-            f"Could not run '{func._schema.name}' with arguments from the '{NAME}' backend: PyTorch has no "
-            f"CUDA kernel for it either (native_functions.yaml), so it cannot run on an accelerator"
+            f"Could not run '{func._schema.name}' with arguments from the '{NAME}' backend: it has no dense CUDA "
+            "kernel in native_functions.yaml (a CPU-only op fails on CUDA too; sparse, quantized and nested "
+            "kernels are not emulated: the emulator holds dense, strided tensors only)"
         )
     index = check_devices(func, plan, args, kwargs)
     return run_on_cpu(func, args, kwargs, index)
