@@ -103,9 +103,10 @@ def show(slug: str) -> int:
 
 def list_scenarios() -> int:
     kinds = registry.DEVICE_KINDS
-    print(f"{'scenario':20} " + " ".join(f"{k:9}" for k in kinds) + " what breaks")
+    width = max(len(s.slug) for s in registry.SCENARIOS)
+    print(f"{'scenario':{width}} " + " ".join(f"{k:11}" for k in kinds) + " what breaks")
     for s in registry.SCENARIOS:
-        print(f"{s.slug:20} " + " ".join(f"{s.symptom(k):9}" for k in kinds) + f" {s.title}")
+        print(f"{s.slug:{width}} " + " ".join(f"{s.symptom(k):11}" for k in kinds) + f" {s.title}")
     return 0
 
 

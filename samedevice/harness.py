@@ -48,18 +48,27 @@ def binary_batches() -> list[Batch]:
     return [(x, (y > 0).float()) for x, y in batches()]
 
 
+def noisy(data: list[Batch]) -> list[Batch]:
+    """The batches with noise drawn now from the global CPU generator, as data augmentation does:
+    the numbers a run sees depend on the RNG state it resumes with."""
+    return [(x + 0.1 * torch.randn(x.shape), y) for x, y in data]
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     data: list[Batch],
     device: torch.device,
     loss_fn: Loss = F.mse_loss,
+    after_step: Callable[[], None] | None = None,
 ) -> None:
     for x, y in data:
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step()
+        if after_step is not None:
+            after_step()
 
 
 def sgd(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -81,17 +90,21 @@ def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer) -> Path:
     return path
 
 
-def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, torch.Tensor]:
-    """The steps after the resume, on the device; returns the final parameters on CPU."""
-    train(model, optimizer, batches()[STEPS_BEFORE:], device)
+def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+           data: list[Batch] | None = None) -> dict[str, torch.Tensor]:
+    """The steps after the resume (`data`, by default the rest of `batches()`), on the device;
+    returns the final parameters on CPU."""
+    train(model, optimizer, batches()[STEPS_BEFORE:] if data is None else data, device)
     return cpu_state(model)
 
 
-def reference(make_optimizer: MakeOptimizer) -> dict[str, torch.Tensor]:
-    """STEPS_TOTAL uninterrupted steps on CPU."""
+def reference(
+    make_optimizer: MakeOptimizer, data: Callable[[list[Batch]], list[Batch]] = list
+) -> dict[str, torch.Tensor]:
+    """STEPS_TOTAL uninterrupted steps on CPU (on `data(batches())`, e.g. `noisy`)."""
     model = new_model()
     optimizer = make_optimizer(model.parameters())
-    train(model, optimizer, batches(), torch.device("cpu"))
+    train(model, optimizer, data(batches()), torch.device("cpu"))
     return cpu_state(model)
 
 

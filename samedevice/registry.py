@@ -95,6 +95,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed", _accelerators("mismatch", cuda="none")),
     Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
              "both seeds", _accelerators("mismatch")),
+    # Beyond the articles: checkpoints
+    Scenario("rng_state_map_location", "map_location=device moves the saved RNG state; set_rng_state refuses it",
+             "beyond the articles", _accelerators("rng")),
 )
 
 

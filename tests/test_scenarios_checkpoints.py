@@ -1,0 +1,69 @@
+"""What each checkpoint-level scenario teaches beyond its three test families: controls, variants,
+and every claim its docs page makes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from samedevice import harness, registry
+from tests.helpers import assert_same_params
+
+CPU = torch.device("cpu")
+RNG = "RNG state must be a torch.ByteTensor"
+
+
+# ---- rng_state_map_location ----------------------------------------------------------------------
+
+
+def test_rng_state_map_location_moves_the_byte_tensor(accelerator: torch.device, tmp_path: Path) -> None:
+    """map_location=device moves the saved CPU RNG state to the device, and set_rng_state refuses it."""
+    case = registry.get("rng_state_map_location").case()
+    checkpoint = torch.load(case.write_checkpoint(tmp_path), map_location=accelerator, weights_only=True)
+    assert checkpoint["rng"].device.type == accelerator.type
+    assert checkpoint["rng"].dtype == torch.uint8
+    with pytest.raises(TypeError, match=RNG):
+        torch.set_rng_state(checkpoint["rng"])
+    with pytest.raises(TypeError, match=RNG):
+        torch.Generator().set_state(checkpoint["rng"])
+
+
+def test_rng_state_map_location_cpu_copy_restores(accelerator: torch.device, tmp_path: Path) -> None:
+    """The second fix: keep map_location=device and restore the state's CPU copy; the run matches."""
+    case = registry.get("rng_state_map_location").case()
+    checkpoint = torch.load(case.write_checkpoint(tmp_path), map_location=accelerator, weights_only=True)
+    model = harness.new_model().to(accelerator)
+    optimizer = case.make_optimizer(model.parameters())
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    torch.set_rng_state(checkpoint["rng"].cpu())
+    result = harness.finish(model, optimizer, accelerator, harness.noisy(harness.batches()[harness.STEPS_BEFORE:]))
+    assert_same_params(result, case.reference(), exact=False)
+
+
+def test_rng_state_map_location_state_matters(tmp_path: Path) -> None:
+    """Control: a resume that skips set_rng_state draws other noise and ends elsewhere."""
+    case = registry.get("rng_state_map_location").case()
+    checkpoint = torch.load(case.write_checkpoint(tmp_path), weights_only=True)
+    model = harness.new_model()  # seeds the generator, as a fresh process's model init would
+    optimizer = case.make_optimizer(model.parameters())
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    result = harness.finish(model, optimizer, CPU, harness.noisy(harness.batches()[harness.STEPS_BEFORE:]))
+    with pytest.raises(AssertionError):
+        assert_same_params(result, case.reference(), exact=False)
+
+
+def test_rng_state_map_location_device_generator(accelerator: torch.device, tmp_path: Path) -> None:
+    """A device generator's saved state is a CPU ByteTensor too, and its set_rng_state refuses a moved one."""
+    module = torch.get_device_module(accelerator)
+    if not hasattr(module, "get_rng_state"):
+        pytest.skip(f"{accelerator.type} has no generator of its own: it draws from the CPU one")
+    state = module.get_rng_state()
+    assert (state.device.type, state.dtype) == ("cpu", torch.uint8)
+    torch.save(state, tmp_path / "rng.pt")
+    moved = torch.load(tmp_path / "rng.pt", map_location=accelerator, weights_only=True)
+    with pytest.raises(TypeError, match=RNG):
+        module.set_rng_state(moved)  # get_rng_state initialised the device: no lazy deferral
