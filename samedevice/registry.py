@@ -98,6 +98,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Beyond the articles: checkpoints
     Scenario("rng_state_map_location", "map_location=device moves the saved RNG state; set_rng_state refuses it",
              "beyond the articles", _accelerators("rng")),
+    Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",
+             "beyond the articles", _accelerators("mismatch", cpu="silent")),
 )
 
 

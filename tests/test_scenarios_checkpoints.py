@@ -67,3 +67,44 @@ def test_rng_state_map_location_device_generator(accelerator: torch.device, tmp_
     moved = torch.load(tmp_path / "rng.pt", map_location=accelerator, weights_only=True)
     with pytest.raises(TypeError, match=RNG):
         module.set_rng_state(moved)  # get_rng_state initialised the device: no lazy deferral
+
+
+# ---- assign_true_load ----------------------------------------------------------------------------
+
+
+def test_assign_true_load_replaces_the_parameters(accelerator: torch.device, tmp_path: Path) -> None:
+    """assign=True makes new Parameters from the CPU tensors: back on CPU, and not the optimizer's."""
+    case = registry.get("assign_true_load").case()
+    checkpoint = torch.load(harness.write_checkpoint(tmp_path, case.make_optimizer), weights_only=True)
+    model = harness.new_model().to(accelerator)
+    before = list(model.parameters())
+    model.load_state_dict(checkpoint["model"], assign=True)
+    after = list(model.parameters())
+    assert {p.device.type for p in after} == {"cpu"}
+    assert {p.device.type for p in before} == {accelerator.type}
+    assert all(isinstance(p, torch.nn.Parameter) and p.requires_grad for p in after)
+    assert not any(a is b for a, b in zip(after, before))
+
+
+def test_assign_true_load_on_cpu_never_trains(tmp_path: Path) -> None:
+    """On CPU the broken resume runs, but the optimizer steps the old Parameters: the model keeps
+    the checkpoint's weights exactly."""
+    case = registry.get("assign_true_load").case()
+    result = case.run(CPU, tmp_path)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert_same_params(result, checkpoint["model"], exact=True)
+
+
+def test_assign_true_load_meta_model(device: torch.device, tmp_path: Path) -> None:
+    """What assign=True is for: a model built on the meta device, loaded with map_location=device,
+    and the optimizer built after the load; it matches the CPU reference."""
+    case = registry.get("assign_true_load").case()
+    path = harness.write_checkpoint(tmp_path, case.make_optimizer)
+    with torch.device("meta"):
+        model = harness.TinyNet()
+    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(checkpoint["model"], assign=True)
+    optimizer = case.make_optimizer(model.parameters())
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    assert {p.device for p in model.parameters()} == {device}
+    assert_same_params(harness.finish(model, optimizer, device), case.reference(), exact=device.type == "cpu")
