@@ -100,6 +100,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "beyond the articles", _accelerators("rng")),
     Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",
              "beyond the articles", _accelerators("mismatch", cpu="silent")),
+    Scenario("orphaned_params", "Optimizer built before assign=True replaces the Parameters: no error, no training",
+             "beyond the articles", _accelerators("silent", cpu="silent")),
 )
 
 

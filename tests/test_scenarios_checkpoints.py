@@ -108,3 +108,43 @@ def test_assign_true_load_meta_model(device: torch.device, tmp_path: Path) -> No
     optimizer.load_state_dict(checkpoint["optimizer"])
     assert {p.device for p in model.parameters()} == {device}
     assert_same_params(harness.finish(model, optimizer, device), case.reference(), exact=device.type == "cpu")
+
+
+# ---- orphaned_params -----------------------------------------------------------------------------
+
+
+def _held(optimizer: torch.optim.Optimizer) -> set[int]:
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+def test_orphaned_params_never_trains(device: torch.device, tmp_path: Path) -> None:
+    """On every device the broken resume runs and ends with the checkpoint's weights exactly."""
+    result = registry.get("orphaned_params").case().run(device, tmp_path)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert_same_params(result, checkpoint["model"], exact=True)
+
+
+def test_orphaned_params_identity_check(device: torch.device, tmp_path: Path) -> None:
+    """The page's check, by identity, finds the orphans in the broken resume and none in the fixed one."""
+    scenario = registry.get("orphaned_params")
+    path = harness.write_checkpoint(tmp_path, scenario.case().make_optimizer)
+    model, optimizer = scenario.case().resume(path, device)
+    assert not {id(p) for p in model.parameters()} & _held(optimizer)
+    assert len(optimizer.state) == 4  # the momentum buffers were loaded, into the orphans
+    model, optimizer = scenario.fix().resume(path, device)
+    assert {id(p) for p in model.parameters()} == _held(optimizer)
+
+
+def test_orphaned_params_to_empty_from_meta(tmp_path: Path) -> None:
+    """to_empty on a meta-device model makes new Parameters (meta and CPU tensors are not shallow-copy
+    compatible); an optimizer built before it keeps the meta ones and steps nothing."""
+    case = registry.get("orphaned_params").case()
+    with torch.device("meta"):
+        model = harness.TinyNet()
+    optimizer = case.make_optimizer(model.parameters())
+    model.to_empty(device=CPU)
+    assert not {id(p) for p in model.parameters()} & _held(optimizer)
+    model.load_state_dict(harness.new_model().state_dict())
+    result = harness.finish(model, optimizer, CPU, harness.batches())
+    assert not optimizer.state
+    assert_same_params(result, harness.cpu_state(harness.new_model()), exact=True)
