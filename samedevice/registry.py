@@ -102,6 +102,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "beyond the articles", _accelerators("mismatch", cpu="silent")),
     Scenario("orphaned_params", "Optimizer built before assign=True replaces the Parameters: no error, no training",
              "beyond the articles", _accelerators("silent", cpu="silent")),
+    Scenario("ema_shadow", "EMA weights kept in a plain dict, restored from a CPU checkpoint",
+             "beyond the articles", _accelerators("mismatch")),
 )
 
 

@@ -148,3 +148,69 @@ def test_orphaned_params_to_empty_from_meta(tmp_path: Path) -> None:
     result = harness.finish(model, optimizer, CPU, harness.batches())
     assert not optimizer.state
     assert_same_params(result, harness.cpu_state(harness.new_model()), exact=True)
+
+
+# ---- ema_shadow ----------------------------------------------------------------------------------
+
+
+def test_ema_shadow_module_moves_with_to(accelerator: torch.device) -> None:
+    """The fix's EMA is a module: .to moves it, and it saves under the model's own keys."""
+    fix = registry.get("ema_shadow").fix()
+    model = harness.new_model()
+    ema = fix.new_ema(model).to(accelerator)
+    assert {t.device.type for t in ema.state_dict().values()} == {accelerator.type}
+    assert ema.state_dict().keys() == model.state_dict().keys()
+    assert not any(p.requires_grad for p in ema.parameters())
+
+
+def test_ema_shadow_dict_is_left_behind(accelerator: torch.device) -> None:
+    """The broken EMA, a dict made before model.to, stays on CPU: .to has never heard of it."""
+    case = registry.get("ema_shadow").case()
+    model = harness.new_model()
+    ema = case.new_ema(model)
+    model.to(accelerator)
+    assert {t.device.type for t in ema.values()} == {"cpu"}
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        case.update_ema(ema, model)
+
+
+def test_ema_shadow_averaged_model(accelerator: torch.device, tmp_path: Path) -> None:
+    """The other fix, AveragedModel with get_ema_multi_avg_fn: a resume on the device from a CPU
+    checkpoint matches the uninterrupted CPU run."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    def run(device: torch.device, data: list[harness.Batch], checkpoint: dict | None) -> AveragedModel:
+        model = harness.new_model().to(device)
+        optimizer = harness.sgd(model.parameters())
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+        if checkpoint is not None:
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            ema.load_state_dict(checkpoint["ema"])
+        harness.train(model, optimizer, data, device, after_step=lambda: ema.update_parameters(model))
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema.state_dict()},
+                   tmp_path / "checkpoint.pt")
+        return ema
+
+    reference = harness.cpu_state(run(CPU, harness.batches(), None))
+    run(CPU, harness.batches()[:harness.STEPS_BEFORE], None)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    resumed = run(accelerator, harness.batches()[harness.STEPS_BEFORE:], checkpoint)
+    assert {p.device.type for p in resumed.module.parameters()} == {accelerator.type}
+    assert_same_params(harness.cpu_state(resumed), reference, exact=False)
+
+
+def test_ema_shadow_averaged_model_first_update_copies() -> None:
+    """AveragedModel's first update_parameters copies the weights; the second one averages."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    model = harness.new_model()
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    with torch.no_grad():
+        model.fc1.weight.add_(1.0)
+    ema.update_parameters(model)
+    assert torch.equal(ema.module.fc1.weight, model.fc1.weight)
+    with torch.no_grad():
+        model.fc1.weight.add_(1.0)
+    ema.update_parameters(model)
+    torch.testing.assert_close(ema.module.fc1.weight, model.fc1.weight - 0.9)
