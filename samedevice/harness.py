@@ -80,11 +80,13 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer) -> Path:
-    """Train STEPS_BEFORE steps on CPU and save model and optimizer state, as a training run would."""
-    model = new_model()
+def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer, device: torch.device | None = None) -> Path:
+    """Train STEPS_BEFORE steps on `device` (CPU by default) and save model and optimizer state, as a
+    training run would: the file records the device each tensor was on."""
+    device = device or torch.device("cpu")
+    model = new_model().to(device)
     optimizer = make_optimizer(model.parameters())
-    train(model, optimizer, batches()[:STEPS_BEFORE], torch.device("cpu"))
+    train(model, optimizer, batches()[:STEPS_BEFORE], device)
     path = Path(workdir) / "checkpoint.pt"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     return path

@@ -104,6 +104,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "beyond the articles", _accelerators("silent", cpu="silent")),
     Scenario("ema_shadow", "EMA weights kept in a plain dict, restored from a CPU checkpoint",
              "beyond the articles", _accelerators("mismatch")),
+    Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
+             "beyond the articles (trainer rescue loops)", _accelerators("mismatch")),
 )
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # the captured error of each scenario's broken run, by slug, for `pytest --explain`
 LESSONS: dict[str, str] = {}
@@ -29,3 +33,22 @@ def closure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: to
         return loss
 
     optimizer.step(closure)
+
+
+class _DeviceScalarReads(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type != "cpu":
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def device_scalar_reads() -> Iterator[_DeviceScalarReads]:
+    """Count the reads of a device tensor's value to the host (`.item()`, `float(t)`): on CUDA each is
+    a sync that waits for the device. `.count` holds the number when the block ends."""
+    with _DeviceScalarReads() as reads:
+        yield reads

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import harness, registry
-from tests.helpers import assert_same_params
+from tests.helpers import assert_same_params, device_scalar_reads
 
 CPU = torch.device("cpu")
 RNG = "RNG state must be a torch.ByteTensor"
@@ -214,3 +215,100 @@ def test_ema_shadow_averaged_model_first_update_copies() -> None:
         model.fc1.weight.add_(1.0)
     ema.update_parameters(model)
     torch.testing.assert_close(ema.module.fc1.weight, model.fc1.weight - 0.9)
+
+
+# ---- capturable_step -----------------------------------------------------------------------------
+
+optimizer_to = registry.helper("optimizer_to").optimizer_to
+
+
+def _supports(device: torch.device, flag: str) -> None:
+    from torch.optim.optimizer import _get_capturable_supported_devices
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    supported = {"fused": _get_fused_kernels_supported_devices(), "capturable": _get_capturable_supported_devices()}
+    if device.type not in supported[flag]:  # PyTorch's own lists of devices for each implementation
+        pytest.skip(f"PyTorch's Adam({flag}=True) does not support {device.type}")
+
+
+def _resumed(flags: dict, device: torch.device, workdir: Path, monkeypatch: pytest.MonkeyPatch,
+             saved_on: torch.device = CPU):
+    """The case's resume (load, model.to, the loop that skips step) for an Adam with these flags,
+    from a checkpoint saved by the same Adam on `saved_on` (load_state_dict restores the saved
+    groups' flags, so the checkpoint decides fused, capturable and foreach)."""
+    case = registry.get("capturable_step").case()
+    monkeypatch.setattr(case, "make_optimizer", lambda params: torch.optim.Adam(params, lr=harness.LR, **flags))
+    path = harness.write_checkpoint(workdir, case.make_optimizer, saved_on)
+    return case.resume(path, device)
+
+
+@parametrize_cases(Case("foreach", flags={}), Case("for_loop", flags={"foreach": False}))
+def test_capturable_step_capturable_adam(flags: dict, accelerator: torch.device, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With capturable=True the step left on CPU fails Adam's own check, an AssertionError;
+    optimizer_to puts step on the device and the run matches the CPU reference."""
+    _supports(accelerator, "capturable")
+    flags = {"capturable": True, **flags}
+    model, optimizer = _resumed(flags, accelerator, tmp_path, monkeypatch, saved_on=accelerator)
+    assert {s["step"].device.type for s in optimizer.state.values()} == {"cpu"}
+    with pytest.raises(AssertionError, match="If capturable=True, params and state_steps must be on supported devices"):
+        harness.finish(model, optimizer, accelerator)
+    model, optimizer = _resumed(flags, accelerator, tmp_path, monkeypatch, saved_on=accelerator)
+    optimizer_to(optimizer)
+    assert {s["step"].device.type for s in optimizer.state.values()} == {accelerator.type}
+    result = harness.finish(model, optimizer, accelerator)
+    assert_same_params(result, harness.reference(lambda params: torch.optim.Adam(params, lr=harness.LR)),
+                       exact=False)
+
+
+def test_capturable_step_checkpoint_decides_the_implementation(tmp_path: Path) -> None:
+    """load_state_dict restores the saved param groups' settings: an Adam built plain runs fused
+    after loading a fused Adam's state."""
+    saved = torch.load(harness.write_checkpoint(tmp_path, registry.get("capturable_step").case().make_optimizer),
+                       weights_only=True)
+    model = harness.new_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, foreach=False)
+    optimizer.load_state_dict(saved["optimizer"])
+    assert optimizer.param_groups[0]["fused"] is True
+    assert optimizer.param_groups[0]["foreach"] is None
+    assert optimizer.param_groups[0]["lr"] == harness.LR
+
+
+def test_capturable_step_fused_step_on_cpu(accelerator: torch.device, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken resume leaves a fused Adam's step on CPU and every other state tensor on the device."""
+    _supports(accelerator, "fused")
+    _, optimizer = _resumed({"fused": True}, accelerator, tmp_path, monkeypatch)
+    for state in optimizer.state.values():
+        assert state["step"].device.type == "cpu"
+        assert state["step"].dtype == torch.float32
+        assert {state["exp_avg"].device.type, state["exp_avg_sq"].device.type} == {accelerator.type}
+
+
+def _move_everything(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                state[key] = value.to(device)
+
+
+@parametrize_cases(Case("foreach", flags={}, per_step=8), Case("for_loop", flags={"foreach": False}, per_step=4))
+def test_capturable_step_plain_step_on_device(flags: dict, per_step: int, accelerator: torch.device,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A default Adam whose step a move-everything loop put on the device trains to the same numbers,
+    but reads step back to the host twice per parameter and step (foreach; once with the for-loop);
+    after optimizer_to it reads nothing."""
+    model, optimizer = _resumed(flags, accelerator, tmp_path, monkeypatch)
+    _move_everything(optimizer, accelerator)
+    steps = harness.STEPS_TOTAL - harness.STEPS_BEFORE
+    with device_scalar_reads() as reads:
+        result = harness.finish(model, optimizer, accelerator)
+    assert reads.count == steps * per_step
+    reference = harness.reference(lambda params: torch.optim.Adam(params, lr=harness.LR, **flags))
+    assert_same_params(result, reference, exact=False)
+    model, optimizer = _resumed(flags, accelerator, tmp_path, monkeypatch)
+    _move_everything(optimizer, accelerator)
+    optimizer_to(optimizer)
+    with device_scalar_reads() as reads:
+        harness.finish(model, optimizer, accelerator)
+    assert reads.count == 0
