@@ -6,12 +6,15 @@ parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from samedevice import emulator
 
 STEPS_TOTAL = 6
 STEPS_BEFORE = 3
@@ -32,10 +35,35 @@ class TinyNet(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def new_model() -> TinyNet:
+class WideNet(nn.Module):
+    """TinyNet with a 2048x2048 layer in the middle: 16 MiB of float32 weights in one tensor, for the
+    scenarios about device memory (on CUDA a tensor over 10 MiB gets a segment of its own, so the
+    caching allocator's reserve follows the tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 2048)
+        self.mid = nn.Linear(2048, 2048, bias=False)
+        self.fc2 = nn.Linear(2048, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.mid(torch.relu(self.fc1(x)))))
+
+
+class FineTuneNet(WideNet):
+    """WideNet being fine-tuned: the backbone (fc1, mid) frozen, only the head (fc2) trains, so
+    training adds almost nothing to the weights' memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1.requires_grad_(False)
+        self.mid.requires_grad_(False)
+
+
+def new_model(net: type[nn.Module] = TinyNet) -> nn.Module:
     """The same initial weights every time (seeded), built on CPU."""
     torch.manual_seed(0)
-    return TinyNet()
+    return net()
 
 
 def batches() -> list[Batch]:
@@ -80,11 +108,12 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer, device: torch.device | None = None) -> Path:
+def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer, device: torch.device | None = None,
+                     net: type[nn.Module] = TinyNet) -> Path:
     """Train STEPS_BEFORE steps on `device` (CPU by default) and save model and optimizer state, as a
     training run would: the file records the device each tensor was on."""
     device = device or torch.device("cpu")
-    model = new_model().to(device)
+    model = new_model(net).to(device)
     optimizer = make_optimizer(model.parameters())
     train(model, optimizer, batches()[:STEPS_BEFORE], device)
     path = Path(workdir) / "checkpoint.pt"
@@ -101,10 +130,10 @@ def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.dev
 
 
 def reference(
-    make_optimizer: MakeOptimizer, data: Callable[[list[Batch]], list[Batch]] = list
+    make_optimizer: MakeOptimizer, data: Callable[[list[Batch]], list[Batch]] = list, net: type[nn.Module] = TinyNet
 ) -> dict[str, torch.Tensor]:
     """STEPS_TOTAL uninterrupted steps on CPU (on `data(batches())`, e.g. `noisy`)."""
-    model = new_model()
+    model = new_model(net)
     optimizer = make_optimizer(model.parameters())
     train(model, optimizer, data(batches()), torch.device("cpu"))
     return cpu_state(model)
@@ -144,3 +173,55 @@ def host_with(device: torch.device) -> Callable[[str], bool]:
     """An availability probe for a host whose one accelerator is `device` (none for cpu), so a
     device picker can be run as it would run on that host."""
     return lambda kind: device.type != "cpu" and kind == device.type
+
+
+# Device memory, for the scenarios about it: the emulator's accounting, or torch.cuda's.
+
+
+def allocated(device: torch.device) -> int | None:
+    """Bytes allocated on the device now; None where it is not measured."""
+    if device.type == "emulated":
+        return emulator.memory_allocated(device)
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return None
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "emulated":
+        emulator.reset_peak_memory_stats(device)
+    elif device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak(device: torch.device) -> int | None:
+    """Bytes: the most allocated on the device since `reset_peak`; None where it is not measured."""
+    if device.type == "emulated":
+        return emulator.max_memory_allocated(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return None
+
+
+@contextmanager
+def memory_budget(device: torch.device, free: int) -> Iterator[None]:
+    """A device with only `free` more bytes for this block: past it, torch.OutOfMemoryError. On the
+    emulated device a capacity; on CUDA the caching allocator's per-process fraction (its reserve
+    counts, so the cache is emptied first); elsewhere no limit."""
+    if device.type == "emulated":
+        emulator.set_capacity(device, emulator.memory_allocated(device) + free)
+        try:
+            yield
+        finally:
+            emulator.set_capacity(device, None)
+    elif device.type == "cuda":
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(device) + free) / total, device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
+    else:
+        yield

@@ -106,6 +106,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "beyond the articles", _accelerators("mismatch")),
     Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
              "beyond the articles (trainer rescue loops)", _accelerators("mismatch")),
+    # oom where a budget can be set (the emulator's capacity, CUDA's memory fraction); elsewhere it runs
+    Scenario("resume_oom", "A device checkpoint loaded beside the model: a second copy of the weights",
+             "beyond the articles", _accelerators("oom", mps="none", xpu="none")),
 )
 
 

@@ -312,3 +312,59 @@ def test_capturable_step_plain_step_on_device(flags: dict, per_step: int, accele
     with device_scalar_reads() as reads:
         harness.finish(model, optimizer, accelerator)
     assert reads.count == 0
+
+
+# ---- resume_oom ----------------------------------------------------------------------------------
+
+MiB = 2**20
+
+
+def _peaks(device: torch.device, net: type[torch.nn.Module], workdir: Path,
+           monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Peak device memory of the broken and of the fixed run, above what was allocated before, with
+    no budget, for `net` in place of the fine-tuned model."""
+    if harness.peak(device) is None:
+        pytest.skip(f"the scenario measures no memory on {device.type}")
+    scenario = registry.get("resume_oom")
+    monkeypatch.setattr(harness, "FineTuneNet", net)
+    peaks = []
+    for i, module in enumerate((scenario.case(), scenario.fix())):
+        monkeypatch.setattr(module, "FREE", 2**40)
+        base = harness.allocated(device)
+        harness.reset_peak(device)
+        (workdir / str(i)).mkdir()
+        module.run(device, workdir / str(i))
+        peaks.append(harness.peak(device) - base)
+    return peaks[0], peaks[1]
+
+
+def test_resume_oom_fine_tuning_peak_doubles(accelerator: torch.device, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fine-tuning: the broken resume peaks at the model plus the checkpoint, about twice the fixed one;
+    the scenario's budget lies between the two."""
+    budget = registry.get("resume_oom").case().FREE
+    broken, fixed = _peaks(accelerator, harness.FineTuneNet, tmp_path, monkeypatch)
+    weights = sum(t.numel() * t.element_size() for t in harness.FineTuneNet().state_dict().values())
+    assert broken - fixed >= weights
+    assert fixed < budget < broken
+
+
+def test_resume_oom_full_training_peak(accelerator: torch.device, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full training: the copy comes on top of weights, momentum and gradients, one weights' worth."""
+    broken, fixed = _peaks(accelerator, harness.WideNet, tmp_path, monkeypatch)
+    weights = sum(t.numel() * t.element_size() for t in harness.WideNet().state_dict().values())
+    assert weights <= broken - fixed < 2 * weights
+    assert fixed >= 3 * weights
+
+
+@pytest.mark.emulator
+def test_resume_oom_page_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peaks on the docs page are the emulated device's, measured now."""
+    from samedevice import emulator
+
+    page = (registry.ROOT / "docs" / "resume_oom.md").read_text()
+    for name, net in (("fine-tuning", harness.FineTuneNet), ("full training", harness.WideNet)):
+        (tmp_path / name).mkdir()
+        broken, fixed = _peaks(emulator.device(), net, tmp_path / name, monkeypatch)
+        assert f"| {name} | {broken / MiB:.2f} MiB | {fixed / MiB:.2f} MiB |" in page
