@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # the captured error of each scenario's broken run, by slug, for `pytest --explain`
 LESSONS: dict[str, str] = {}
@@ -52,3 +58,9 @@ def device_scalar_reads() -> Iterator[_DeviceScalarReads]:
     a sync that waits for the device. `.count` holds the number when the block ends."""
     with _DeviceScalarReads() as reads:
         yield reads
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -c code` in a fresh process from the checkout, with extra environment variables."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})

@@ -1,0 +1,65 @@
+"""The emulated accelerator: a CPU-backed device that PyTorch treats as an accelerator.
+
+Every runner, a laptop and CPU-only CI included, reproduces the real device errors with it:
+
+    >>> from samedevice import emulator
+    >>> dev = emulator.device()           # torch.device("emulated:0")
+    >>> torch.ones(3, device=dev) + torch.ones(3)
+    RuntimeError: Expected all tensors to be on the same device, but found at least two devices, emulated:0 and cpu!
+
+How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
+1. registration.py: PrivateUse1 renamed "emulated", its C++ device guard (guard.cpp, guard.py), the
+   device module `torch.emulated`, the current device, and the absent host;
+2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
+3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
+4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
+   per op from CUDA's kernel table in native_functions.yaml (kernels.py);
+5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
+6. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
+Numerics are CPU's: every op runs the CPU kernel on `elem`.
+
+Known departures from CUDA (each pinned by a test in tests/test_emulator.py, listed in the README):
+- register (`device()`) before the process's first backward: PyTorch sizes its autograd device
+  queues then;
+- without a C++ compiler the emulator falls back to PyTorch's Python device guard (it says so in one
+  line): one current device, and backward on emulated:0 only;
+- moving a module from the emulated device back to CPU gives it new Parameters (CUDA keeps them);
+- `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
+  still holds;
+- once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
+- random numbers on the device come from the CPU generator;
+- storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
+  storages): a clear error; map_location strings, devices and dicts work;
+- sparse tensors are refused.
+"""
+
+from __future__ import annotations
+
+from samedevice.emulator import registration, serialization, tensor, transfers  # noqa: F401 (registers rules)
+from samedevice.emulator.memory import (
+    max_memory_allocated,
+    memory_allocated,
+    reset_peak_memory_stats,
+    set_capacity,
+)
+from samedevice.emulator.registration import (
+    ABSENT_ENV,
+    DEVICE_COUNT,
+    NAME,
+    EmulatorUnavailableError,
+    absent,
+    active,
+    device,
+    is_absent,
+    is_emulated,
+    unavailable_reason,
+)
+from samedevice.emulator.tensor import EmulatedTensor
+
+registration._on_register.extend([tensor._register_kernels, serialization.register])
+
+__all__ = [
+    "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",
+    "device", "is_absent", "is_emulated", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats",
+    "set_capacity", "unavailable_reason",
+]

@@ -1,0 +1,83 @@
+"""The C++ device guard (guard.cpp): compiled at first use, cached, loaded before PyTorch's Python one.
+
+Why C++: PyTorch's Python device guard for PrivateUse1 cannot keep a current device or report two
+devices, and it calls into Python from noexcept methods, which aborts the process when an error is
+pending in backward or the interpreter is exiting. A guard in C++ does what CUDA's does (guard.cpp).
+
+The build takes about 3 s with g++ against the headers that PyTorch's wheel ships; the library is
+cached per PyTorch version and source under $SAMEDEVICE_CACHE (default ~/.cache/samedevice), written
+to a temporary name and renamed, so processes that build at once never see half a file. Without a
+compiler or headers (or with SAMEDEVICE_EMULATOR_GUARD=python) the emulator falls back to PyTorch's
+Python guard and says so in one line: one current device (0) and backward on emulated:0 only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("guard.cpp")
+_loaded: list[ctypes.CDLL] = []  # kept alive: the registered guard lives in this library
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SAMEDEVICE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return Path(root) / "samedevice"
+
+
+def library_path() -> Path:
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()
+    return cache_dir() / f"guard-{torch.__version__.replace('+', '_')}-{digest[:16]}.so"
+
+
+def _build(target: Path) -> None:
+    torch_dir = Path(torch.__file__).parent
+    include, lib = torch_dir / "include", torch_dir / "lib"
+    if not (include / "c10" / "core" / "impl" / "DeviceGuardImplInterface.h").exists():
+        raise RuntimeError(f"PyTorch's C++ headers are not installed (no {include.name}/c10 beside torch)")
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler found (set CXX, or install g++ or clang++)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+           f"-I{include}", str(SOURCE), f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", "-o", tmp]
+    if sysconfig.get_platform().startswith("macosx"):
+        cmd.insert(1, "-undefined dynamic_lookup")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"compiling the device guard failed: {last}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def install() -> str | None:
+    """Build (once), load and register the C++ guard. None when it is in place, else why not (one line)."""
+    if os.environ.get("SAMEDEVICE_EMULATOR_GUARD") == "python":
+        return "SAMEDEVICE_EMULATOR_GUARD=python is set"
+    try:
+        path = library_path()
+        if not path.exists():
+            _build(path)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    _loaded.append(lib)
+    if not lib.samedevice_register_guard():
+        return "another device guard was registered for PrivateUse1 first"
+    return None

@@ -1,0 +1,84 @@
+"""2. Memory accounting, like torch.cuda.memory_allocated & co., with a capacity past which an
+allocation raises torch.OutOfMemoryError (before allocating, as CUDA's caching allocator does)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from samedevice.emulator.registration import DEVICE_COUNT, NAME, current_index
+
+_allocated = [0] * DEVICE_COUNT
+_peak = [0] * DEVICE_COUNT
+_capacity: list[int | None] = [None] * DEVICE_COUNT
+
+
+def _index(dev: torch.device | str | int | None) -> int:
+    if dev is None:
+        return current_index()
+    if isinstance(dev, int):
+        return dev
+    dev = torch.device(dev)
+    if dev.type != NAME:
+        raise ValueError(f"{dev} is not an emulated device")
+    return current_index() if dev.index is None else dev.index
+
+
+class Allocation:
+    """One block of emulated device memory; freed when the last tensor viewing it dies."""
+
+    __slots__ = ("__weakref__", "index", "nbytes")
+
+    def __init__(self, index: int, nbytes: int) -> None:
+        cap = _capacity[index]
+        if cap is not None and _allocated[index] + nbytes > cap:
+            raise torch.OutOfMemoryError(
+                f"{NAME}:{index} out of memory. Tried to allocate {_mib(nbytes)}. "
+                f"Device {index} has a total capacity of {_mib(cap)} of which "
+                f"{_mib(_allocated[index])} is allocated."
+            )
+        self.index, self.nbytes = index, nbytes
+        _allocated[index] += nbytes
+        _peak[index] = max(_peak[index], _allocated[index])
+        weakref.finalize(self, _free, index, nbytes)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Allocation:
+        return self
+
+
+def allocation_of(elem: torch.Tensor, index: int) -> Allocation:
+    """The block of device memory behind elem's storage (views and reloads share one)."""
+    storage = elem.untyped_storage()
+    alloc = getattr(storage, "_samedevice_alloc", None)
+    if alloc is None or alloc.index != index:
+        alloc = Allocation(index, storage.nbytes())
+        storage._samedevice_alloc = alloc  # type: ignore[attr-defined]
+    return alloc
+
+
+def _free(index: int, nbytes: int) -> None:
+    _allocated[index] -= nbytes
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
+
+
+def memory_allocated(dev: torch.device | str | int | None = None) -> int:
+    return _allocated[_index(dev)]
+
+
+def max_memory_allocated(dev: torch.device | str | int | None = None) -> int:
+    return _peak[_index(dev)]
+
+
+def reset_peak_memory_stats(dev: torch.device | str | int | None = None) -> None:
+    i = _index(dev)
+    _peak[i] = _allocated[i]
+
+
+def set_capacity(dev: torch.device | str | int | None, nbytes: int | None) -> None:
+    """Limit the emulated device's memory; None removes the limit."""
+    _capacity[_index(dev)] = nbytes

@@ -1,0 +1,223 @@
+"""1. Registration: PrivateUse1 renamed "emulated", its C++ device guard, the device module that
+PyTorch finds as `torch.emulated` (like `torch.cuda`), the current device, and the absent host."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+NAME = "emulated"
+DEVICE_COUNT = 2
+ABSENT_ENV = "SAMEDEVICE_EMULATOR_ABSENT"  # "1": this process plays a host without the accelerator
+
+
+class EmulatorUnavailableError(RuntimeError):
+    """PrivateUse1 is already taken by another backend, so the emulator cannot register."""
+
+
+# ---- the absent host ----------------------------------------------------------------------------
+
+_absent_depth = 0
+
+
+def is_absent() -> bool:
+    return _absent_depth > 0 or os.environ.get(ABSENT_ENV) == "1"
+
+
+@contextlib.contextmanager
+def absent() -> Iterator[None]:
+    """Inside this block the process behaves like a host without the accelerator: the backend stays
+    registered (locations such as "emulated:0" still parse) but `torch.emulated.is_available()` is
+    False, `device_count()` is 0, allocating on it fails, and `torch.load` of an emulated checkpoint
+    without `map_location` raises PyTorch's own "Attempting to deserialize object on a ... device"
+    error. For a subprocess, set the environment variable SAMEDEVICE_EMULATOR_ABSENT=1."""
+    global _absent_depth
+    register()
+    _absent_depth += 1
+    try:
+        yield
+    finally:
+        _absent_depth -= 1
+
+
+def check_present(index: int | None = None) -> None:
+    """Refuse to allocate on an absent device, as CUDA does on a host without a GPU (where
+    torch.cuda._lazy_init raises "Found no NVIDIA driver on your system")."""
+    if is_absent():
+        raise RuntimeError(
+            f"Found no {NAME} device on this host: torch.{NAME}.is_available() is False "
+            f"(samedevice.emulator.absent() or {ABSENT_ENV}=1 plays a host without the accelerator)"
+        )
+    if index is not None and not 0 <= index < DEVICE_COUNT:
+        raise RuntimeError(
+            f"{NAME}:{index} does not exist: the emulator has {DEVICE_COUNT} devices, "
+            f"indices 0 to {DEVICE_COUNT - 1}"
+        )
+
+
+# ---- the current device -------------------------------------------------------------------------
+# With the C++ guard, the current device is the guard's (per host thread, like cudaSetDevice), so
+# torch.accelerator.set_device_index, torch.emulated.set_device and the autograd engine's device
+# threads all agree. Without it (no compiler), PyTorch's Python guard keeps device 0.
+
+_native_guard = False
+_fallback_reason = ""
+
+
+def current_index() -> int:
+    if _native_guard:
+        return torch.accelerator.current_device_index()
+    return 0
+
+
+def set_index(index: int) -> None:
+    check_present(index)
+    if _native_guard:
+        torch.accelerator.set_device_index(index)
+    elif index != 0:
+        raise RuntimeError(
+            f"emulated accelerator: the current device cannot be changed in this process ({_fallback_reason})"
+        )
+
+
+def _index_of(dev: Any) -> int:
+    if isinstance(dev, int):
+        return dev
+    dev = torch.device(dev)
+    if dev.type != NAME:
+        raise ValueError(f"{dev} is not an {NAME} device")
+    return current_index() if dev.index is None else dev.index
+
+
+class _DeviceContext:
+    """`with torch.emulated.device(i):` like torch.cuda.device: switch, then restore; -1 or None is a no-op."""
+
+    def __init__(self, dev: Any) -> None:
+        self.index = -1 if dev is None else _index_of(dev)
+        self.previous = -1
+
+    def __enter__(self) -> None:
+        if self.index != -1:
+            self.previous = current_index()
+            set_index(self.index)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.index != -1:
+            set_index(self.previous)
+
+
+class _DeviceModule:
+    """What PyTorch looks up as `torch.emulated` (like `torch.cuda`)."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return not is_absent()
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 0 if is_absent() else DEVICE_COUNT
+
+    current_device = staticmethod(current_index)
+
+    @staticmethod
+    def set_device(dev: Any) -> None:
+        index = _index_of(dev)
+        if index >= 0:
+            set_index(index)
+
+    device = _DeviceContext
+
+    @staticmethod
+    def synchronize(dev: Any = None) -> None:
+        """Every op runs synchronously on the host: there is nothing to wait for."""
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        # Emulated ops draw from the CPU generator (numerics are CPU's), which torch.manual_seed seeds.
+        pass
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]
+
+
+# ---- registration -------------------------------------------------------------------------------
+
+_registered = False
+_on_register: list[Callable[[], None]] = []  # the other sections' registrations, in section order
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why the emulator cannot run in this process, or None when it can."""
+    taken = torch._C._get_privateuse1_backend_name()
+    if taken not in ("privateuseone", NAME):
+        return (
+            f"the emulated accelerator needs PyTorch's PrivateUse1 backend, "
+            f"but it is already taken by {taken!r}"
+        )
+    return None
+
+
+def register() -> None:
+    """Register the backend (idempotent)."""
+    global _registered, _native_guard, _fallback_reason
+    if _registered:
+        return
+    reason = unavailable_reason()
+    if reason:
+        raise EmulatorUnavailableError(reason)
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from samedevice.emulator import guard
+
+    if torch._C._get_privateuse1_backend_name() == "privateuseone":
+        # the C++ guard first: PyTorch keeps the first guard registered for a device type
+        why = guard.install()
+        _native_guard = why is None
+        if why is not None:
+            _fallback_reason = why
+            print(f"samedevice: emulated accelerator without its C++ device guard ({why}); one current "
+                  "device, backward on emulated:0 only", file=sys.stderr)
+        _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
+    for hook in _on_register:
+        hook()
+    _registered = True
+
+
+def device(index: int = 0) -> torch.device:
+    """The emulated device `emulated:<index>`; registers the backend on first use."""
+    if not isinstance(index, int) or not 0 <= index < DEVICE_COUNT:
+        raise ValueError(
+            f"emulated device index {index!r} is out of range: "
+            f"the emulator has {DEVICE_COUNT} devices, indices 0 to {DEVICE_COUNT - 1}"
+        )
+    register()
+    return torch.device(NAME, index)
+
+
+@contextlib.contextmanager
+def active() -> Iterator[None]:
+    """Inside this block the emulated devices work like any accelerator.
+
+    The emulator needs no mode (it is a registered backend), so this only registers it; it exists
+    so that code written against the contract keeps working if a mode is ever needed.
+    """
+    register()
+    yield
+
+
+def is_emulated(dev: torch.device | str) -> bool:
+    return torch.device(dev).type == NAME

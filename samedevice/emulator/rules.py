@@ -1,0 +1,281 @@
+"""4. The device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), and the
+dispatch that picks one per op from CUDA's kernel table (kernels.py):
+
+- an op with a CUDA kernel of its own gets torchgen's whole-op check (`check_and_update_common_device`)
+  unless it is marked `device_check: NoCheck`, in which case the kernel's own check is copied
+  (TensorIterator's, mostly);
+- an op whose only kernel is CompositeExplicitAutograd runs that composite, as on CUDA, so each op
+  inside it checks devices (torch.stack names `cat`, torch.allclose ends in `eq`'s TensorIterator);
+- an op with neither (a CPU-only kernel) fails as PyTorch's dispatcher fails for CUDA;
+- a few ops whose CUDA kernels check devices their own way are special (SPECIAL, below).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from samedevice.emulator.kernels import Kernels, table
+from samedevice.emulator.registration import NAME
+from samedevice.emulator.tensor import emulated_index, run_on_cpu, tensors, tree_map, unwrap
+
+_COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeExplicitAutograd,
+                   torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional,
+                   torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+class Plan(NamedTuple):
+    rule: str  # "special", "composite", "direct", "missing", "foreach", "iterator" or "common"
+    outputs: tuple[tuple[str, int], ...]  # (name, position) of written arguments: in-place self, out=
+    inputs: tuple[tuple[str, int], ...]  # (name, position) of positional arguments
+    structured: bool
+
+
+_PLANS: dict[Any, Plan] = {}
+
+
+def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
+    plan = _PLANS.get(func) or _plan(func)
+    rule = plan.rule
+    if rule == "direct":
+        index = next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
+        return run_on_cpu(func, args, kwargs, index)
+    if rule == "special":
+        return SPECIAL[func](func, args, kwargs)
+    if rule == "composite":
+        # CUDA has no kernel of its own: it runs PyTorch's composite kernel, whose parts each check
+        return func._op_dk(_composite_key(func), *args, **kwargs)
+    if rule == "missing":
+        raise NotImplementedError(
+            f"Could not run '{func._schema.name}' with arguments from the '{NAME}' backend: PyTorch has no "
+            f"CUDA kernel for it either (native_functions.yaml), so it cannot run on an accelerator"
+        )
+    index = check_devices(func, plan, args, kwargs)
+    return run_on_cpu(func, args, kwargs, index)
+
+
+def _composite_key(func: Any) -> Any:
+    return next(k for k in _COMPOSITE_KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k))
+
+
+def yaml_name(func: Any) -> str:
+    packet, overload = func._schema.name.split("::")[1], func._overloadname
+    return packet if overload == "default" else f"{packet}.{overload}"
+
+
+def _plan(func: Any) -> Plan:
+    outputs, inputs, n_tensors = [], [], 0
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            outputs.append((a.name, i))
+        if not a.kwarg_only:  # the codegen leaves keyword-only inputs unchecked
+            inputs.append((a.name, i))
+        kind = str(a.type)  # Tensor, Optional[Tensor], List[Tensor], List[Optional[Tensor]]
+        if "Tensor" in kind:
+            n_tensors += 2 if kind.startswith("List[") else 1
+    found = table().get(yaml_name(func)) if func.namespace == "aten" else None
+    rule = _rule(func, found, n_tensors)
+    plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured))
+    _PLANS[func] = plan
+    return plan
+
+
+def _rule(func: Any, found: Kernels | None, n_tensors: int) -> str:
+    if func in SPECIAL:
+        return "special"
+    if found is None:  # not an aten op PyTorch's table knows: check it as a whole
+        return "common"
+    if found.composite:
+        # with one tensor argument there is nothing to mix, and the composite's parts would only
+        # cost dispatches: run it whole
+        return "composite" if n_tensors >= 2 else "direct"
+    if not found.cuda:
+        return "missing"
+    if yaml_name(func).startswith("_foreach_"):
+        return "foreach"
+    return "iterator" if found.no_check else "common"
+
+
+def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
+    """Raise CUDA's error for tensors on two devices; return the emulated index the op runs on."""
+    if plan.rule == "foreach":
+        return _check_foreach(func, args, kwargs)
+
+    def value(name: str, i: int) -> Any:
+        return args[i] if i < len(args) else kwargs.get(name)
+
+    outputs = [(n, value(n, i)) for n, i in plan.outputs]
+    inputs = [(n, value(n, i)) for n, i in plan.inputs]
+    if plan.rule == "iterator":
+        in_tensors = tensors([v for _, v in inputs])
+        out_tensors = tensors([v for _, v in outputs])
+        # BINARY_OP_CONFIG, BINARY_FLOAT_OP_CONFIG and the comparison config allow one CPU scalar, as
+        # does lerp's config (Lerp.cpp: .allow_cpu_scalars(true)); unary and ternary ones do not.
+        allow = len(in_tensors) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
+        return check_tensor_iterator(out_tensors, [t for t in in_tensors if not any(t is o for o in out_tensors)],
+                                     allow_cpu_scalar=allow)
+    written = {n for n, _ in outputs}
+    return check_common_device(func, plan, outputs + [(n, v) for n, v in inputs if n not in written])
+
+
+_ALLOW_CPU_SCALAR = {"aten::lerp", "aten::lerp_"}
+
+
+def check_tensor_iterator(outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                          allow_cpu_scalar: bool = True) -> int | None:
+    # TensorIteratorBase::compute_types (aten/src/ATen/TensorIterator.cpp): the common device is the
+    # first non-CPU operand's, outputs first; one 0-dim CPU *input* is allowed as a scalar when the
+    # config allows CPU scalars (binary and comparison ops); any other operand elsewhere raises,
+    # printing the common device first.
+    common = next((t.device for t in outputs + inputs if t.device.type != "cpu"), None)
+    if common is None:
+        return None
+    scalars = 1 if allow_cpu_scalar else 0
+    for t in outputs + inputs:
+        if t.device == common:
+            continue
+        if scalars and t.device.type == "cpu" and t.dim() == 0 and not any(t is o for o in outputs):
+            scalars -= 1
+            continue
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{common} and {t.device}!"
+        )
+    return emulated_index(common)
+
+
+def check_common_device(func: Any, plan: Plan | None, operands: list[tuple[str, Any]]) -> int | None:
+    # check_and_update_common_device (aten/src/ATen/core/op_registration/adaption.h/.cpp), which the
+    # codegen calls for the out arguments, then the positional tensor arguments, of every CUDA
+    # kernel without `device_check: NoCheck`: the first defined tensor sets the common device (even
+    # a CPU one) and nothing is exempt, not even a 0-dim CPU tensor. Lists are checked per element
+    # under the list's name.
+    common: torch.device | None = None
+    for name, value in operands:
+        for t in tensors(value):
+            if common is None:
+                common = t.device
+            elif t.device != common:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but got "
+                    f"{name} is on {t.device}, different from other tensors on {common} "
+                    f"(when checking argument in method {_wrapper_name(func, plan)})"
+                )
+    return emulated_index(common)
+
+
+def _check_foreach(func: Any, args: Any, kwargs: Any) -> int | None:
+    # A foreach op whose tensors are not all on one device leaves CUDA's fast path for the slow one,
+    # which runs the per-tensor op index by index (aten/src/ATen/native/ForeachOpsKernels.cpp); each
+    # of those is a TensorIterator op with its own device check.
+    # A `scalars` tensor (the .Tensor overloads, e.g. _foreach_add_(self, scalars)) holds one number per
+    # tensor and must be on CPU (convert_tensor_to_scalar_list): it is not an operand.
+    named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    values = [v for name, v in named.items() if name != "scalars"]
+    lists = [a for a in values if isinstance(a, (list, tuple)) and tensors(a)]
+    scalars = tensors([a for a in values if isinstance(a, torch.Tensor)])
+    index = None
+    for row in zip(*lists):
+        row_tensors = tensors(list(row))
+        found = check_tensor_iterator(row_tensors[:1], row_tensors[1:] + scalars)
+        index = found if index is None else index
+    return index
+
+
+def _wrapper_name(func: Any, plan: Plan | None) -> str:
+    # torchgen's names: structured kernels wrapper_CUDA_<name>, others wrapper_CUDA_<overload>_<name>
+    base, overload = func._schema.name.split("::")[1], func._overloadname
+    overload = "" if overload == "default" else overload
+    if plan is not None and plan.structured:
+        return f"wrapper_{NAME.upper()}_{base}" + (f"_{overload}" if overload else "")
+    return f"wrapper_{NAME.upper()}_{overload}_{base}"
+
+
+# ---- ops whose CUDA kernels check devices their own way ----------------------------------------
+
+
+def _index_tensor(func: Any, args: Any, kwargs: Any) -> Any:
+    # check_indices_on_cpu_or_selfdevice (aten/src/ATen/native/TensorAdvancedIndexing.cpp):
+    # "Only allow: `dev_tensor[{cpu,dev}_tensor]`"; CPU indices are then moved to self's device.
+    self, indices = args
+    for i in indices:
+        if i is not None and i.device.type != "cpu" and i.device != self.device:
+            raise RuntimeError(
+                f"indices should be either on cpu or on the same device as the indexed tensor ({self.device})"
+            )
+    return run_on_cpu(func, args, kwargs, emulated_index(self.device))
+
+
+def _index_put(func: Any, args: Any, kwargs: Any) -> Any:
+    # index_put_ (TensorAdvancedIndexing.cpp): indices on any device are moved to self's; a 0-dim
+    # CPU value is moved too; any other value goes through a TensorIterator without CPU scalars.
+    self, _, values = args[0], args[1], args[2]
+    if not (values.device.type == "cpu" and values.dim() == 0):
+        check_tensor_iterator([self], [values], allow_cpu_scalar=False)
+    if self.device.type == "cpu":
+        return func(*tree_map(unwrap, args), **kwargs)
+    return run_on_cpu(func, args, kwargs, emulated_index(self.device))
+
+
+def _where(func: Any, args: Any, kwargs: Any) -> Any:
+    # where_self_out (aten/src/ATen/native/TensorCompare.cpp): "allow CPU scalars on non-cpu device":
+    # a 0-dim CPU condition, self or other is moved to the device first, any number of them.
+    operands = tensors((args, kwargs))
+    out = tensors(kwargs.get("out"))
+    rest = [t for t in operands if not (t.device.type == "cpu" and t.dim() == 0 and not any(t is o for o in out))]
+    index = check_tensor_iterator(out, [t for t in rest if not any(t is o for o in out)], allow_cpu_scalar=False)
+    return run_on_cpu(func, args, kwargs, index)
+
+
+def _masked_fill(func: Any, args: Any, kwargs: Any) -> Any:
+    # masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu) checks self and mask itself; a 0-dim
+    # value tensor is read as a number (`value.item()`) wherever it lives.
+    self, mask, value = args[0], args[1], args[2]
+    if self.device != mask.device:
+        raise RuntimeError(
+            f"expected self and mask to be on the same device, but got mask on {mask.device} and self on {self.device}"
+        )
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        raise RuntimeError(
+            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.dim()} dimension(s)."
+        )
+    return run_on_cpu(func, args, kwargs, emulated_index(self.device))
+
+
+def _convolution(func: Any, args: Any, kwargs: Any) -> Any:
+    # convolution has no CUDA kernel of its own (CompositeExplicitAutograd); its composite checks the
+    # parameters' type against the input's (check_input_same_type_as_parameters, Convolution.cpp),
+    # then picks a backend by the input's device, which a CPU-backed tensor cannot follow: the
+    # check is copied here and CPU's convolution runs.
+    inputs, weight, bias = args[0], args[1], args[2]
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None and (param.device.type, param.dtype) != (inputs.device.type, inputs.dtype):
+            raise RuntimeError(
+                f"Input type ({inputs.type()}) and {name} type ({param.type()}) should be the same"
+            )
+    index = check_common_device(func, None, [("input", inputs), ("weight", weight), ("bias", bias)])
+    return run_on_cpu(func, args, kwargs, index)
+
+
+def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
+    """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
+    return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+
+
+aten = torch.ops.aten
+SPECIAL: dict[Any, Any] = {
+    aten.index.Tensor: _index_tensor,
+    aten.index_put_.default: _index_put,
+    aten.index_put.default: _index_put,
+    aten._index_put_impl_.default: _index_put,
+    aten.where.self: _where,
+    aten.where.self_out: _where,
+    aten.masked_fill_.Scalar: _masked_fill,
+    aten.masked_fill_.Tensor: _masked_fill,
+    aten.masked_fill.Scalar: _masked_fill,
+    aten.masked_fill.Tensor: _masked_fill,
+    aten.convolution.default: _convolution,
+    aten._local_scalar_dense.default: _device_free,
+    aten.is_pinned.default: _device_free,
+}

@@ -1,0 +1,257 @@
+"""3. The tensor: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is
+emulated:N. Every op unwraps to `elem`, runs CPU's kernel, and wraps the result (numerics are CPU's);
+the device rules (rules.py) decide first whether CUDA would have refused the call."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from samedevice.emulator.memory import Allocation, allocation_of
+from samedevice.emulator.registration import NAME, check_present, current_index
+
+aten = torch.ops.aten
+
+
+def resolve(dev: Any) -> int:
+    """The index an op on `dev` lands on: an index-less "emulated" means the current device, as an
+    index-less "cuda" does (c10::cuda::current_device via the device guard)."""
+    dev = torch.device(dev)
+    index = current_index() if dev.index is None else dev.index
+    check_present(index)
+    return index
+
+
+class EmulatedTensor(torch.Tensor):
+    """A tensor on `emulated:N` whose data lives in the CPU tensor `elem`."""
+
+    elem: torch.Tensor
+    _alloc: Allocation
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, index: int, alloc: Allocation | None = None) -> EmulatedTensor:
+        if elem.layout != torch.strided:
+            # fail loudly: PyTorch cannot wrap a sparse tensor this way (it would crash the process)
+            raise NotImplementedError(
+                f"emulated accelerator: {elem.layout} tensors are not supported on {NAME} devices "
+                "(only dense, strided tensors are)"
+            )
+        if alloc is None:
+            alloc = allocation_of(elem, index)
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            device=torch.device(NAME, index),
+            requires_grad=elem.requires_grad,
+        )
+        r.elem = elem
+        r._alloc = alloc
+        return r
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        text = repr(self.elem)
+        suffix = f", device='{self.device}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
+        return text[:-1] + suffix + ")" if text.startswith("tensor(") else text
+
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["elem"], self.device.index or 0
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], index: int, size: Any, stride: Any) -> EmulatedTensor:
+        return EmulatedTensor(inner["elem"], index)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> EmulatedTensor:
+        with torch.no_grad():
+            copy = self.clone()
+        copy.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            copy._is_param = True
+        memo[id(self)] = copy
+        return copy  # type: ignore[return-value]
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        from samedevice.emulator.serialization import reduce
+
+        return reduce(self)
+
+    def tolist(self) -> Any:
+        # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
+        return self.elem.tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        # tensor_to_numpy (torch/csrc/utils/tensor_numpy.cpp): TORCH_CHECK_TYPE(device is CPU, ...);
+        # with force=True it copies to the host first. __array__ calls numpy(), so it refuses too.
+        if force:
+            return self.elem.detach().numpy(force=True)
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first."
+        )
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        return dispatch(func, args, kwargs or {})
+
+
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+def set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
+    """Give the wrapper elem's sizes, strides and offset, in place (the Meta kernel of set_ touches
+    metadata only), and make elem its data."""
+    aten.set_.source_Storage_storage_offset.redispatch(
+        _META, wrapper, wrapper.untyped_storage(), elem.storage_offset(), elem.size(), elem.stride()
+    )
+    wrapper.elem = elem
+
+
+def unwrap(x: Any) -> Any:
+    return x.elem if isinstance(x, EmulatedTensor) else x
+
+
+# Op arguments nest at most lists of tensors (Tensor[], Tensor?[]) in tuples and dicts: these two
+# walkers do what torch.utils._pytree would, several times faster (the dispatch is hot).
+def tree_map(fn: Any, x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(tree_map(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: tree_map(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def leaves(x: Any, out: list[Any]) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            leaves(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            leaves(v, out)
+    else:
+        out.append(x)
+    return out
+
+
+def tensors(x: Any) -> list[torch.Tensor]:
+    return [t for t in leaves(x, []) if isinstance(t, torch.Tensor)]
+
+
+def emulated_index(dev: torch.device | None) -> int | None:
+    return (dev.index or 0) if dev is not None and dev.type == NAME else None
+
+
+def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
+    cpu_args, cpu_kwargs = tree_map(unwrap, (args, kwargs))
+    if kwargs.get("device") is not None:
+        # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
+        target = torch.device(kwargs["device"])
+        index = resolve(target) if target.type == NAME else None
+        cpu_kwargs["device"] = torch.device("cpu")
+    out = func(*cpu_args, **cpu_kwargs)
+    same: dict[int, EmulatedTensor] = {}
+    if func._schema.is_mutable:
+        # in-place and out= ops return their input: hand back the caller's emulated tensor
+        originals = leaves((args, kwargs), [])
+        unwrapped = leaves((cpu_args, cpu_kwargs), [])
+        same = {id(u): o for u, o in zip(unwrapped, originals) if isinstance(o, EmulatedTensor)}
+    return wrap_outputs(out, same, index)
+
+
+def wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
+
+    def wrap(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or isinstance(t, EmulatedTensor) or index is None:
+            return t
+        if id(t) in same:
+            orig = same[id(t)]
+            if orig.shape != t.shape or orig.stride() != t.stride():
+                set_geometry(orig, t)  # resize_, squeeze_, out= resized: follow the CPU result
+            return orig
+        # views share their base's block of device memory; anything else is a new allocation
+        return EmulatedTensor(t, index)
+
+    return tree_map(wrap, out)
+
+
+# ---- factories: device="emulated:N" reaches these kernels (registered for PrivateUse1) ------------
+
+
+def empty_memory_format(size: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+                        pin_memory: Any = None, memory_format: Any = None) -> EmulatedTensor:
+    index = resolve(device)
+    Allocation(index, _nbytes(size, dtype))  # OOM before allocating, like CUDA
+    elem = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    return EmulatedTensor(elem, index)
+
+
+def empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+                  pin_memory: Any = None) -> EmulatedTensor:
+    index = resolve(device)
+    elem = torch.empty_strided(size, stride, dtype=dtype, layout=layout)
+    return EmulatedTensor(elem, index)
+
+
+def _nbytes(size: Any, dtype: Any) -> int:
+    n = 1
+    for s in size:
+        n *= int(s)
+    return n * torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
+
+
+# Composite factories that fill a resized `out=` tensor (arange & co.) run on CPU and are wrapped.
+RESIZING_FACTORIES = (
+    "arange", "arange.start", "arange.start_step", "linspace", "logspace", "randperm",
+    "eye", "eye.m", "range", "tril_indices", "triu_indices",
+)
+
+
+def cpu_factory(packet: Any, *args: Any, **kwargs: Any) -> EmulatedTensor:
+    index = resolve(kwargs["device"])
+    out = packet(*args, **dict(kwargs, device=torch.device("cpu")))
+    return EmulatedTensor(out, index)
+
+
+def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    unwrap(dst).copy_(unwrap(src))
+    return dst
+
+
+def _register_kernels() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", empty_strided, "PrivateUse1")
+    # torch.tensor(data, device=...) copies with the Python key excluded, so it lands here
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    for name in RESIZING_FACTORIES:
+        lib.impl(name, functools.partial(cpu_factory, getattr(aten, name.split(".")[0])), "PrivateUse1")
+    _libs.append(lib)
+
+    # PyTorch's optimizers take their accelerator default path (foreach, and fused where asked)
+    # only for tensor types listed here; it has no public registration, and a CUDA tensor is a
+    # plain torch.Tensor, so the emulated tensor type joins the list to get CUDA's defaults.
+    # (torch/optim/optimizer.py: _default_to_fused_or_foreach; torch/utils/_foreach_utils.py)
+    import torch.optim.optimizer as optimizer_module
+    import torch.utils._foreach_utils as foreach_utils
+
+    for supported in (optimizer_module._foreach_supported_types, foreach_utils._foreach_supported_types):
+        if EmulatedTensor not in supported:
+            supported.append(EmulatedTensor)  # type: ignore[arg-type]
+
+
+_libs: list[torch.library.Library] = []
+
+# The device rules decide how each op runs; they need the tensor class above.
+from samedevice.emulator.rules import dispatch  # noqa: E402

@@ -1,0 +1,197 @@
+"""The emulated host as CUDA's: the current device, two devices in one autograd graph, a host
+without the accelerator, what a device tensor refuses, and a clean exit."""
+
+from __future__ import annotations
+
+import io
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from samedevice import emulator
+from tests.helpers import run_python
+
+pytestmark = pytest.mark.emulator
+
+
+@pytest.fixture
+def current_device_0():
+    """Every test leaves the current device where it found it (0)."""
+    emulator.device()
+    yield
+    torch.accelerator.set_device_index(0)
+
+
+# ---- the current device ---------------------------------------------------------------------
+
+
+def test_index_less_device_lands_on_the_current_device(current_device_0: None) -> None:
+    """An index-less "emulated" lands on the current device, as an index-less "cuda" does."""
+    assert torch.zeros(2, device="emulated").device == emulator.device(0)
+    torch.accelerator.set_device_index(1)
+    made = {
+        "factory": torch.zeros(2, device="emulated"),
+        "tensor": torch.tensor([1.0, 2.0], device="emulated"),
+        "arange": torch.arange(3, device="emulated"),
+        "to": torch.ones(2).to("emulated"),
+        "module": torch.nn.Linear(2, 2).to(torch.device("emulated")).weight,
+        "like": torch.zeros_like(torch.ones(2), device="emulated"),
+    }
+    for name, t in made.items():
+        assert t.device == emulator.device(1), name
+    assert torch.accelerator.current_device_index() == 1
+    assert torch.emulated.current_device() == 1
+
+
+def test_set_device_and_device_context(current_device_0: None) -> None:
+    """torch.emulated.set_device and `with torch.emulated.device(i)` switch the current device, and
+    the context restores it, as torch.cuda's do."""
+    torch.emulated.set_device(1)
+    assert torch.accelerator.current_device_index() == 1
+    with torch.emulated.device(0):
+        assert torch.ones(1, device="emulated").device == emulator.device(0)
+    assert torch.ones(1, device="emulated").device == emulator.device(1)
+    with torch.emulated.device(emulator.device(0)), torch.emulated.device(None):
+        assert torch.emulated.current_device() == 0
+    assert torch.emulated.current_device() == 1
+
+
+def test_current_device_is_per_thread(current_device_0: None) -> None:
+    """The current device belongs to the host thread, as cudaSetDevice's does."""
+    torch.accelerator.set_device_index(1)
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(lambda: torch.zeros(1, device="emulated").device).result()
+    assert other == emulator.device(0)
+    assert torch.zeros(1, device="emulated").device == emulator.device(1)
+
+
+def test_unknown_index_is_refused(current_device_0: None) -> None:
+    """An index past the device count is refused, naming the index."""
+    with pytest.raises(RuntimeError, match="emulated device index 5 is out of range"):
+        torch.accelerator.set_device_index(5)
+    with pytest.raises(RuntimeError, match="emulated:3 does not exist"):
+        torch.zeros(1, device="emulated:3")
+    assert torch.accelerator.current_device_index() == 0
+
+
+# ---- backward on both devices ------------------------------------------------------------------
+
+
+def test_backward_on_the_second_index() -> None:
+    """A model on emulated:1 trains: backward runs there and its gradients match CPU's."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(4, 2)
+    dev = torch.nn.Linear(4, 2)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to(emulator.device(1))
+    x = torch.randn(3, 4)
+    cpu(x).pow(2).sum().backward()
+    dev(x.to(emulator.device(1))).pow(2).sum().backward()
+    assert dev.weight.grad is not None
+    assert dev.weight.grad.device == emulator.device(1)
+    torch.testing.assert_close(dev.weight.grad.cpu(), cpu.weight.grad)
+
+
+def test_backward_through_a_graph_on_both_devices() -> None:
+    """A graph that crosses from emulated:0 to emulated:1 sends each gradient back to its device."""
+    a = torch.arange(3.0, device=emulator.device(0), requires_grad=True)
+    b = torch.ones(3, device=emulator.device(1), requires_grad=True)
+    ((a.to(emulator.device(1)) * b).sum() * 2).backward()
+    assert a.grad is not None
+    assert b.grad is not None
+    assert (a.grad.device, b.grad.device) == (emulator.device(0), emulator.device(1))
+    assert a.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert b.grad.cpu().tolist() == [0.0, 2.0, 4.0]
+
+
+def test_an_error_in_backward_reaches_the_caller() -> None:
+    """An error raised by a kernel inside backward reaches the caller of .backward(), as on CUDA."""
+    x = torch.randn(1, 2, 4, 4, device=emulator.device(), requires_grad=True)
+    with pytest.raises(RuntimeError, match="Expected grad_output to have non-zero size"):
+        F.adaptive_avg_pool2d(x, (0, 0)).sum().backward()
+
+
+# ---- a host without the accelerator --------------------------------------------------------------
+
+
+def _saved_on_device() -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2, device=emulator.device())}, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_absent_host() -> None:
+    """Inside absent(), the device is unavailable, allocating on it fails, and torch.load without
+    map_location raises PyTorch's own error for an unavailable device; map_location="cpu" works."""
+    buf = _saved_on_device()
+    with emulator.absent():
+        assert not torch.emulated.is_available()
+        assert torch.emulated.device_count() == 0
+        assert torch.device("emulated:1").index == 1  # locations still parse
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
+            torch.zeros(1, device=emulator.NAME)
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
+            torch.ones(1).to("emulated:0")
+        with pytest.raises(RuntimeError, match=r"Attempting to deserialize object on a EMULATED device but "
+                                               r"torch\.emulated\.is_available\(\) is False"):
+            torch.load(buf, weights_only=True)
+        buf.seek(0)
+        assert torch.load(buf, map_location="cpu", weights_only=True)["w"].device == torch.device("cpu")
+    assert torch.emulated.is_available()
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["w"].device == emulator.device()
+
+
+def test_absent_host_in_a_subprocess(tmp_path) -> None:
+    """SAMEDEVICE_EMULATOR_ABSENT=1 makes a whole process a host without the accelerator."""
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.ones(2, device=emulator.device(1))}, path)
+    code = ("import sys, torch; from samedevice import emulator; emulator.device();"
+            f"print(torch.emulated.is_available()); torch.load({str(path)!r}, weights_only=True)")
+    done = run_python(code, **{emulator.ABSENT_ENV: "1"})
+    assert done.stdout.strip() == "False"
+    assert "RuntimeError: Attempting to deserialize object on a EMULATED device" in done.stderr
+
+
+# ---- what a device tensor refuses, as CUDA's does -------------------------------------------------
+
+
+def test_numpy_is_refused_like_cuda() -> None:
+    """.numpy() and np.asarray on a device tensor raise CUDA's TypeError; force=True copies."""
+    import numpy as np
+
+    t = torch.arange(3.0, device=emulator.device(1))
+    message = r"can't convert emulated:1 device type tensor to numpy\. Use Tensor\.cpu\(\) to copy the tensor"
+    with pytest.raises(TypeError, match=message):
+        t.numpy()
+    with pytest.raises(TypeError, match=message):
+        np.asarray(t)
+    assert t.numpy(force=True).tolist() == [0.0, 1.0, 2.0]
+
+
+# ---- a clean exit -----------------------------------------------------------------------------
+
+EXIT_SCRIPT = ("import torch; from samedevice import emulator; dev = emulator.device();"
+               "m = torch.nn.Linear(4, 2).to(dev); m(torch.randn(3, 4, device=dev)).sum().backward()")
+
+
+@pytest.mark.slow
+def test_no_abort_at_exit_under_load() -> None:
+    """Sixty processes, four at a time, each running a backward on the device, all exit cleanly
+    (PyTorch's Python device guard called into Python from noexcept code as the interpreter exited)."""
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def one(_: int) -> None:
+        done = run_python(EXIT_SCRIPT)
+        if done.returncode != 0:
+            with lock:
+                failures.append(f"exit code {done.returncode}: {done.stderr.strip()[-200:]}")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(one, range(60)))
+    assert failures == []
