@@ -6,6 +6,7 @@ parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, a
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -208,6 +209,7 @@ def memory_budget(device: torch.device, free: int) -> Iterator[None]:
     """A device with only `free` more bytes for this block: past it, torch.OutOfMemoryError. On the
     emulated device a capacity; on CUDA the caching allocator's per-process fraction (its reserve
     counts, so the cache is emptied first); elsewhere no limit."""
+    gc.collect()  # tensors that only a dead traceback's frames still hold are not the run's to count
     if device.type == "emulated":
         emulator.set_capacity(device, emulator.memory_allocated(device) + free)
         try:
