@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -174,6 +174,13 @@ def host_with(device: torch.device) -> Callable[[str], bool]:
     """An availability probe for a host whose one accelerator is `device` (none for cpu), so a
     device picker can be run as it would run on that host."""
     return lambda kind: device.type != "cpu" and kind == device.type
+
+
+def host_without(device: torch.device) -> AbstractContextManager[None]:
+    """Play, in this process, a host that lacks `device`'s accelerator: the emulator's absent host
+    for the emulated device. A real accelerator cannot be hidden from its own process: there the
+    block is the host that has it."""
+    return emulator.absent() if device.type == emulator.NAME else nullcontext()
 
 
 # Device memory, for the scenarios about it: the emulator's accounting, or torch.cuda's.

@@ -96,6 +96,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
              "both seeds", _accelerators("mismatch")),
     # Beyond the articles: checkpoints
+    # deserialize where the host that resumes can be played without the device (the emulator's absent
+    # host); a real accelerator cannot be hidden from its own process, so there the resume runs
+    Scenario("cuda_checkpoint_on_cpu_host", "A checkpoint saved on an accelerator, loaded on a host without one",
+             "002 seed (torch.load keeps the saved device)",
+             _accelerators("deserialize", cuda="none", mps="none", xpu="none")),
     Scenario("rng_state_map_location", "map_location=device moves the saved RNG state; set_rng_state refuses it",
              "beyond the articles", _accelerators("rng")),
     Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",

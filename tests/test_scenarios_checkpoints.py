@@ -16,6 +16,53 @@ CPU = torch.device("cpu")
 RNG = "RNG state must be a torch.ByteTensor"
 
 
+# ---- cuda_checkpoint_on_cpu_host -----------------------------------------------------------------
+
+DESERIALIZE = "Attempting to deserialize object on a .* device but torch\\..*\\.is_available\\(\\) is False"
+
+
+def test_cuda_checkpoint_on_cpu_host_runs_where_the_device_is(accelerator: torch.device, tmp_path: Path) -> None:
+    """On a host that has the device, the broken resume loads the state there and matches the reference."""
+    case = registry.get("cuda_checkpoint_on_cpu_host").case()
+    path = harness.write_checkpoint(tmp_path, case.make_optimizer, accelerator)
+    model, optimizer = case.resume(path)
+    assert {s["momentum_buffer"].device.type for s in optimizer.state.values()} == {"cpu"}  # cast to the params
+    assert_same_params(harness.finish(model, optimizer, CPU), case.reference(), exact=False)
+
+
+@pytest.mark.emulator
+def test_cuda_checkpoint_on_cpu_host_message_and_file(tmp_path: Path) -> None:
+    """The file records the device; on the absent host PyTorch's message suggests map_location, and
+    a device index past the host's count gets its own message."""
+    from samedevice import emulator
+
+    case = registry.get("cuda_checkpoint_on_cpu_host").case()
+    path = harness.write_checkpoint(tmp_path, case.make_optimizer, emulator.device(1))
+    with emulator.absent(), pytest.raises(RuntimeError, match=DESERIALIZE) as info:
+        torch.load(path, weights_only=True)
+    assert "map_location=torch.device('cpu')" in str(info.value)
+    past_count = r"Attempting to deserialize object on EMULATED device 5 but torch.emulated.device_count\(\) is 2"
+    with pytest.raises(RuntimeError, match=past_count):
+        torch.load(path, map_location={"emulated:1": "emulated:5"}, weights_only=True)
+
+
+@pytest.mark.emulator
+def test_cuda_checkpoint_on_cpu_host_checkpoint_helper(tmp_path: Path) -> None:
+    """fixes/checkpoint.py resumes a device checkpoint on the absent host (it loads with map_location="cpu")."""
+    from samedevice import emulator
+
+    helper = registry.helper("checkpoint")
+    model = harness.new_model().to(emulator.device())
+    optimizer = harness.sgd(model.parameters())
+    harness.train(model, optimizer, harness.batches()[:1], emulator.device())
+    helper.save_checkpoint(tmp_path / "ckpt.pt", model=model, optimizer=optimizer, epoch=1)
+    with emulator.absent():
+        fresh = harness.new_model()
+        assert helper.resume(tmp_path / "ckpt.pt", model=fresh, optimizer=harness.sgd(fresh.parameters()),
+                             device=CPU) == {"epoch": 1}
+    assert_same_params(harness.cpu_state(fresh), harness.cpu_state(model), exact=True)
+
+
 # ---- rng_state_map_location ----------------------------------------------------------------------
 
 
