@@ -69,6 +69,10 @@ def tour(device_name: str | None) -> int:
     rows = []
     failures = 0
     for scenario in registry.SCENARIOS:
+        reason = scenario.unavailable_reason(device)
+        if reason:
+            rows.append((scenario.slug, str(device), scenario.symptom(device.type), "skipped", "skipped", reason))
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "fixed").mkdir()
             broken_ok, observed = check_broken(scenario, device, Path(tmp))

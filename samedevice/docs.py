@@ -9,6 +9,7 @@ The prose of a page is written by hand. Three parts come from running the code, 
 
 from __future__ import annotations
 
+import functools
 import re
 import tempfile
 from pathlib import Path
@@ -22,6 +23,12 @@ def page_path(slug: str) -> Path:
 
 def captured_error(scenario: registry.Scenario) -> str | None:
     """`Type: first line` of the broken module's error on the emulated device (None if it runs)."""
+    return _captured_error(scenario.slug)
+
+
+@functools.cache  # a run is deterministic; the multi-process scenarios take seconds
+def _captured_error(slug: str) -> str | None:
+    scenario = registry.get(slug)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             scenario.case().run(emulator.device(), Path(tmp))

@@ -4,7 +4,7 @@ with the gloo engine, every wait bounded by a timeout.
     results = ranks.launch("cases.ddp_rank_map_location:train", world_size=2, kind="emulated",
                            workdir=tmp)   # [rank 0's return value, rank 1's]
 
-Each rank, a fresh interpreter (`python -m samedevice.ranks ...`), runs
+Each rank, a process forked from a server that has imported torch once, runs
 `function(rank, world_size, device, workdir)` with the default process group initialised, `device`
 being `<kind>:<rank>` (CPU for "cpu"). The ranks meet through a FileStore in `workdir`, so no port
 can be taken. When a rank raises, the others are stopped and `launch`
@@ -19,20 +19,23 @@ emulated tensors.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import importlib
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch._C._distributed_c10d as c10d
 
-from samedevice import emulator, registry
+from samedevice import emulator, harness, registry
 
 TIMEOUT_S = 60.0
 _ERRORS: dict[str, type[BaseException]] = {
@@ -60,40 +63,73 @@ def unavailable_reason(kind: str, world_size: int) -> str | None:
     return None
 
 
+def device_of(kind: str, rank: int) -> torch.device:
+    """Rank `rank`'s device: `<kind>:<rank>`, or CPU for every rank of a CPU run."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    return emulator.device(rank) if kind == emulator.NAME else torch.device(kind, rank)
+
+
+@contextlib.contextmanager
+def own_device_only(device: torch.device, world_size: int) -> Iterator[None]:
+    """Inside this block, the devices of the other ranks have no memory for this one: an allocation
+    there raises torch.OutOfMemoryError, as on a GPU that another rank's training fills. (Each
+    process accounts for its own allocations, on CUDA as on the emulator, so this is the budget of
+    this process on those devices.)"""
+    with contextlib.ExitStack() as stack:
+        if device.type != "cpu":
+            for rank in range(world_size):
+                if rank != device.index:
+                    stack.enter_context(harness.memory_budget(device_of(device.type, rank), 0))
+        yield
+
+
 def launch(target: str, world_size: int, kind: str, workdir: Path, timeout: float = TIMEOUT_S) -> list[Any]:
     """Run `target` ("module:function") on `world_size` ranks; returns each rank's result."""
     reason = unavailable_reason(kind, world_size)
     if reason:
         raise UnavailableError(reason)
     workdir = Path(workdir)
-    procs = []
-    for rank in range(world_size):
-        args = [sys.executable, "-m", "samedevice.ranks", target, str(rank), str(world_size), kind, str(workdir)]
-        with (workdir / f"rank{rank}.log").open("w") as log:
-            procs.append(subprocess.Popen(args, cwd=registry.ROOT, stdout=log, stderr=subprocess.STDOUT))
+    for stale in [*workdir.glob("rank*.error.json"), *workdir.glob("rank*.pt"), workdir / "store"]:
+        stale.unlink(missing_ok=True)  # a previous run's in the same folder
+    procs = [_context().Process(target=_rank_main, args=(target, rank, world_size, kind, str(workdir)))
+             for rank in range(world_size)]
+    for p in procs:
+        p.start()
     deadline = time.monotonic() + timeout
     try:
-        while any(p.poll() is None for p in procs):
-            if any(p.poll() not in (None, 0) for p in procs):
+        while any(p.is_alive() for p in procs):
+            if any(p.exitcode not in (None, 0) for p in procs):
                 break  # one rank failed: the others would wait for it until their own timeout
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{target}: the ranks did not finish in {timeout:.0f} s")
-            time.sleep(0.02)
+            procs[0].join(0.02)
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.is_alive():
                 p.kill()
-            p.wait()
-    for rank in range(world_size):
-        error = workdir / f"rank{rank}.error.json"
-        if error.exists():
-            info = json.loads(error.read_text())
-            raise _ERRORS.get(info["type"], RuntimeError)(info["message"])
+            p.join()
+    errors = [json.loads(e.read_text()) for e in workdir.glob("rank*.error.json")]
+    if errors:  # the first to fail; the others fail because it is gone
+        first = min(errors, key=lambda info: info["time"])
+        raise _ERRORS.get(first["type"], RuntimeError)(first["message"])
     for rank, p in enumerate(procs):
-        if p.returncode != 0:
-            lines = (workdir / f"rank{rank}.log").read_text().strip().splitlines() or ["(no output)"]
-            raise RuntimeError(f"{target}: rank {rank} exited with {p.returncode}: {lines[-1]}")
+        if p.exitcode != 0:
+            log = workdir / f"rank{rank}.log"
+            lines = (log.read_text().strip().splitlines() if log.exists() else []) or ["(no output)"]
+            raise RuntimeError(f"{target}: rank {rank} exited with {p.exitcode}: {lines[-1]}")
     return [torch.load(workdir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
+
+
+@functools.cache
+def _context() -> Any:
+    """Ranks start as forks of one server process that has imported torch once, so a run does not
+    pay for it (a fresh interpreter takes seconds to import torch; forking the caller, which may have
+    run autograd threads, is unsafe). The server starts with the first launch and lives as long as
+    the caller."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["samedevice.ranks", "torch.distributed.tensor", "torch.nn.parallel"])
+    return context
 
 
 def _loopback() -> str:
@@ -146,29 +182,26 @@ def _backend(kind: str) -> str:
     return "cpu:gloo,emulated:emulated_gloo"
 
 
-def _rank_main(target: str, rank: int, world_size: int, kind: str, workdir: Path) -> None:
+def _rank_main(target: str, rank: int, world_size: int, kind: str, workdir_name: str) -> None:
+    workdir = Path(workdir_name)
+    log = os.open(workdir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())
-    timeout = datetime.timedelta(seconds=TIMEOUT_S)
     try:
-        device = emulator.device(rank) if kind == "emulated" else torch.device(kind, rank) if kind != "cpu" else None
+        device = device_of(kind, rank)
         store = c10d.FileStore(str(workdir / "store"), world_size)
         torch.distributed.init_process_group(_backend(kind), store=store, rank=rank, world_size=world_size,
-                                             timeout=timeout)
+                                             timeout=datetime.timedelta(seconds=TIMEOUT_S))
         module, name = target.split(":")
         if str(registry.ROOT) not in sys.path:
             sys.path.insert(0, str(registry.ROOT))
-        result = getattr(importlib.import_module(module), name)(rank, world_size, device or torch.device("cpu"),
-                                                                  workdir)
+        result = getattr(importlib.import_module(module), name)(rank, world_size, device, workdir)
         torch.save(result, workdir / f"rank{rank}.pt")
     except Exception as e:  # reported to the parent, which raises it as its own type
-        (workdir / f"rank{rank}.error.json").write_text(
-            json.dumps({"type": type(e).__name__, "message": f"rank {rank}: {str(e).splitlines()[0]}"}))
+        (workdir / f"rank{rank}.error.json").write_text(json.dumps(
+            {"type": type(e).__name__, "message": f"rank {rank}: {str(e).splitlines()[0]}", "time": time.time()}))
         sys.exit(1)
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-
-
-if __name__ == "__main__":
-    _target, _rank, _world, _kind, _workdir = sys.argv[1:6]
-    _rank_main(_target, int(_rank), int(_world), _kind, Path(_workdir))

@@ -67,6 +67,12 @@ class Scenario:
             )
         )
 
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        """None when the scenario can run on `device` here, else one line saying why not (a case may
+        define `unavailable_reason(device)`, e.g. when it needs two devices)."""
+        check = getattr(self.case(), "unavailable_reason", None)
+        return check(device) if check is not None else None
+
     def lesson(self) -> str:
         """The module docstring: Symptom, Cause, Fix."""
         return (self.case().__doc__ or "").strip()
@@ -114,6 +120,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     # oom where a budget can be set (the emulator's capacity, CUDA's memory fraction); elsewhere it runs
     Scenario("resume_oom", "A device checkpoint loaded beside the model: a second copy of the weights",
              "beyond the articles", _accelerators("oom", mps="none", xpu="none")),
+    # oom where each rank's budget on the other ranks' devices can be set; needs two devices of a kind
+    Scenario("ddp_rank_map_location", "Two DDP ranks resume without map_location: every rank loads onto device 0",
+             "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none")),
 )
 
 

@@ -415,3 +415,72 @@ def test_resume_oom_page_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         (tmp_path / name).mkdir()
         broken, fixed = _peaks(emulator.device(), net, tmp_path / name, monkeypatch)
         assert f"| {name} | {broken / MiB:.2f} MiB | {fixed / MiB:.2f} MiB |" in page
+
+
+# ---- ddp_rank_map_location -----------------------------------------------------------------------
+
+
+def _rank0_checkpoint(workdir: Path) -> Path:
+    from samedevice import emulator
+
+    case = registry.get("ddp_rank_map_location").case()
+    return harness.write_checkpoint(workdir, case.make_optimizer, emulator.device(0))
+
+
+@pytest.mark.emulator
+def test_ddp_rank_map_location_every_rank_loads_onto_device_0(tmp_path: Path) -> None:
+    """Rank 1's torch.load puts the checkpoint on device 0, which grows by its size; the fix's
+    mapping puts it on rank 1's device and leaves device 0 alone."""
+    from samedevice import emulator
+
+    path = _rank0_checkpoint(tmp_path)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    nbytes = sum(t.numel() * t.element_size() for t in saved["model"].values())
+    nbytes += sum(t.numel() * t.element_size() for s in saved["optimizer"]["state"].values() for t in s.values())
+    device0, device1 = emulator.device(0), emulator.device(1)
+    before = emulator.memory_allocated(device0)
+    checkpoint = torch.load(path, weights_only=True)
+    assert {t.device for t in checkpoint["model"].values()} == {device0}
+    assert emulator.memory_allocated(device0) - before == nbytes
+    del checkpoint
+    checkpoint = torch.load(path, map_location={"emulated:0": str(device1)}, weights_only=True)
+    assert {t.device for t in checkpoint["model"].values()} == {device1}
+    assert emulator.memory_allocated(device0) == before
+
+
+@pytest.mark.emulator
+def test_ddp_rank_map_location_assign_true(tmp_path: Path) -> None:
+    """With assign=True rank 1's parameters move to device 0: an emulated:1/emulated:0 mismatch."""
+    from samedevice import emulator
+
+    checkpoint = torch.load(_rank0_checkpoint(tmp_path), weights_only=True)
+    model = harness.new_model().to(emulator.device(1))
+    model.load_state_dict(checkpoint["model"], assign=True)
+    assert {p.device for p in model.parameters()} == {emulator.device(0)}
+    with pytest.raises(RuntimeError, match="but got mat1 is on emulated:1, different from other tensors on emulated:0"):
+        model(torch.ones(2, 8, device=emulator.device(1)))
+
+
+def test_ddp_rank_map_location_needs_two_devices() -> None:
+    """Where a kind has fewer than two devices the scenario says why in one line (and its tests skip)."""
+    scenario = registry.get("ddp_rank_map_location")
+    count = torch.cuda.device_count()
+    expected = None if count >= 2 else f"2 ranks on cuda need 2 cuda devices; this host has {count}"
+    assert scenario.unavailable_reason(torch.device("cuda")) == expected
+    assert scenario.unavailable_reason(CPU) is None
+
+
+def test_ranks_report_the_first_failure(tmp_path: Path) -> None:
+    """A rank that fails stops the run at once; its own error comes back, not its peer's."""
+    from samedevice import ranks
+
+    with pytest.raises(ValueError, match=r"^rank 1: this rank cannot start: nothing to load$"):
+        ranks.launch("tests.rank_targets:fail_on_rank_1", 2, "cpu", tmp_path)
+
+
+def test_ranks_time_out(tmp_path: Path) -> None:
+    """Ranks that do not finish are killed at the timeout, with one line saying so."""
+    from samedevice import ranks
+
+    with pytest.raises(RuntimeError, match=r"^tests.rank_targets:hang: the ranks did not finish in 1 s$"):
+        ranks.launch("tests.rank_targets:hang", 2, "cpu", tmp_path, timeout=1)
