@@ -484,3 +484,26 @@ def test_ranks_time_out(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match=r"^tests.rank_targets:hang: the ranks did not finish in 1 s$"):
         ranks.launch("tests.rank_targets:hang", 2, "cpu", tmp_path, timeout=1)
+
+
+# ---- the catalog as a whole ----------------------------------------------------------------------
+
+
+def test_every_symptom_kind_is_recorded() -> None:
+    """Each symptom kind the registry knows is what some scenario records on some device."""
+    used = {kind for s in registry.SCENARIOS for kind in s.symptoms.values()}
+    assert used == set(registry.SYMPTOMS)
+
+
+def test_cli_list_and_show_cover_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """`list` has a row per scenario with its symptoms; `show` prints each one's lesson and diff."""
+    from samedevice import cli
+
+    assert cli.main(["list"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == registry.slugs()
+    for scenario in registry.SCENARIOS:
+        assert cli.main(["show", scenario.slug]) == 0
+        out = capsys.readouterr().out
+        assert scenario.lesson().splitlines()[0] in out
+        assert f"--- cases/{scenario.slug}.py" in out
