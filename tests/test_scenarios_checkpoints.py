@@ -3,6 +3,7 @@ and every claim its docs page makes."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -377,6 +378,7 @@ def _peaks(device: torch.device, net: type[torch.nn.Module], workdir: Path,
     peaks = []
     for i, module in enumerate((scenario.case(), scenario.fix())):
         monkeypatch.setattr(module, "FREE", 2**40)
+        gc.collect()  # what earlier tests left for the collector is not this run's
         base = harness.allocated(device)
         harness.reset_peak(device)
         (workdir / str(i)).mkdir()
@@ -387,12 +389,13 @@ def _peaks(device: torch.device, net: type[torch.nn.Module], workdir: Path,
 
 def test_resume_oom_fine_tuning_peak_doubles(accelerator: torch.device, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fine-tuning: the broken resume peaks at the model plus the checkpoint, about twice the fixed one;
-    the scenario's budget lies between the two."""
+    """Fine-tuning: the broken resume peaks at two copies of the weights (the model and the
+    checkpoint), the fixed one at one; the scenario's budget lies between the two."""
     budget = registry.get("resume_oom").case().FREE
     broken, fixed = _peaks(accelerator, harness.FineTuneNet, tmp_path, monkeypatch)
     weights = sum(t.numel() * t.element_size() for t in harness.FineTuneNet().state_dict().values())
-    assert broken - fixed >= weights
+    assert broken >= 2 * weights
+    assert weights <= fixed < 1.1 * weights
     assert fixed < budget < broken
 
 
@@ -401,8 +404,8 @@ def test_resume_oom_full_training_peak(accelerator: torch.device, tmp_path: Path
     """Full training: the copy comes on top of weights, momentum and gradients, one weights' worth."""
     broken, fixed = _peaks(accelerator, harness.WideNet, tmp_path, monkeypatch)
     weights = sum(t.numel() * t.element_size() for t in harness.WideNet().state_dict().values())
-    assert weights <= broken - fixed < 2 * weights
-    assert fixed >= 3 * weights
+    assert broken >= 4 * weights
+    assert 3 * weights <= fixed < 3.1 * weights
 
 
 @pytest.mark.emulator
