@@ -70,6 +70,48 @@ RULE_CASES = [
 ]
 RULES = parametrize_cases(*RULE_CASES)
 
+# Ops with no CUDA kernel of their own (native_functions.yaml: CompositeExplicitAutograd or
+# CompositeImplicitAutograd only): CUDA runs the composite, so the message is that of the first op
+# inside it that checks devices. Each row names that op (aten/src/ATen/native/*.cpp).
+COMPOSITE_CASES = [
+    # stack -> at::cat (TensorShape.cpp); cat is structured: wrapper_CUDA_cat
+    Case("composite_stack", op=lambda d, s: torch.stack([ones(d), torch.ones(3)]), raises=f"{SAME}, but got tensors is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_cat)"),
+    Case("composite_hstack", op=lambda d, s: torch.hstack([ones(d), torch.ones(3)]), raises=f"{SAME}, but got tensors is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_cat)"),
+    # allclose -> isclose -> eq/abs/sub (TensorCompare.cpp): TensorIterator
+    Case("composite_allclose", op=lambda d, s: torch.allclose(ones(d), torch.ones(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    # mv -> at::empty(.., vec.options()) then addmv_(result, self, vec) (LinearAlgebra.cpp)
+    Case("composite_mv_cpu_vec", op=lambda d, s: torch.mv(ones(d, 2, 3), torch.ones(3)), raises=f"{SAME}, but got mat is on {{d}}, different from other tensors on cpu (when checking argument in method wrapper_{{K}}_addmv_)"),
+    Case("composite_mv_cpu_mat", op=lambda d, s: torch.mv(torch.ones(2, 3), ones(d, 3)), raises=f"{SAME}, but got mat is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_addmv_)"),
+    # block_diag checks devices itself (TensorShape.cpp)
+    Case("composite_block_diag", op=lambda d, s: torch.block_diag(ones(d, 2, 2), torch.ones(2, 2)), raises="torch.block_diag: input tensors must all be on the same device. Input 0 is on device {d} and input 1 is on device cpu"),
+    # masked_scatter -> clone, then masked_scatter_ (codegen check, not structured)
+    Case("composite_masked_scatter", op=lambda d, s: ones(d).masked_scatter(torch.tensor([True, False, True]), ones(d)), raises=f"{SAME}, but got mask is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__masked_scatter_)"),
+    # put -> clone, then put_ (codegen check)
+    Case("composite_put", op=lambda d, s: ones(d).put(torch.tensor([0]), ones(d, 1)), raises=f"{SAME}, but got index is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__put_)"),
+    # cholesky_solve checks b and A itself (BatchLinearAlgebra.cpp: linearSolveCheckInputs)
+    Case("composite_cholesky_solve", op=lambda d, s: torch.cholesky_solve(ones(d, 2, 2), torch.eye(2)), raises="Expected b and A to be on the same device, but found b on {d} and A on cpu instead."),
+    # complex and polar -> their out= kernels (codegen check on the out variant)
+    Case("composite_complex", op=lambda d, s: torch.complex(ones(d), torch.ones(3)), raises=f"{SAME}, but got imag is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_out_complex)"),
+    Case("composite_polar", op=lambda d, s: torch.polar(ones(d), torch.ones(3)), raises=f"{SAME}, but got angle is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_out_polar)"),
+    # ldexp -> mul(self, pow(2, other)) (BinaryOps.cpp): TensorIterator
+    Case("composite_ldexp", op=lambda d, s: torch.ldexp(ones(d), torch.ones(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    # soft_margin_loss, margin_ranking_loss, kl_div: elementwise parts (Loss.cpp): TensorIterator
+    Case("composite_soft_margin_loss", op=lambda d, s: F.soft_margin_loss(ones(d), torch.ones(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    Case("composite_margin_ranking_loss", op=lambda d, s: F.margin_ranking_loss(ones(d), ones(d), torch.ones(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    Case("composite_kl_div", op=lambda d, s: F.kl_div(ones(d), torch.ones(3), reduction="sum"), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    # inner checks device types itself (LinearAlgebra.cpp: checkDeviceType("inner()", ...))
+    Case("composite_inner", op=lambda d, s: torch.inner(ones(d), torch.ones(3)), raises="Expected tensor to have {t} DeviceType, but got tensor with cpu DeviceType (while checking arguments for inner())"),
+    # tensordot -> mm (structured)
+    Case("composite_tensordot", op=lambda d, s: torch.tensordot(ones(d, 2, 3), torch.ones(3, 2), dims=1), raises=f"{SAME}, but got mat2 is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}_mm)"),
+    # matmul of two vectors -> dot (codegen check, not structured)
+    Case("composite_matmul_1d", op=lambda d, s: torch.matmul(ones(d), torch.ones(3)), raises=f"{SAME}, but got tensor is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__dot)"),
+    # layer_norm -> native_layer_norm (codegen check)
+    Case("composite_layer_norm_cpu_weight", op=lambda d, s: F.layer_norm(ones(d, 2, 3), (3,), torch.ones(3)), raises=f"{SAME}, but got weight is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__native_layer_norm)"),
+    Case("composite_stack_same_device", op=lambda d, s: torch.stack([ones(d), ones(d)]), raises=None),
+    Case("composite_mv_same_device", op=lambda d, s: torch.mv(ones(d, 2, 3), ones(d)), raises=None),
+]
+COMPOSITES = parametrize_cases(*COMPOSITE_CASES)
+
 
 def second_device(dev: torch.device) -> torch.device:
     if dev.type == emulator.NAME:
@@ -78,6 +120,38 @@ def second_device(dev: torch.device) -> torch.device:
     if backend.device_count() < 2:
         pytest.skip(f"this row needs two {dev.type.upper()} devices; the host has one")
     return torch.device(dev.type, 1)
+
+
+@COMPOSITES
+def test_composite_rule(op: Op, raises: str | None, accelerator: torch.device) -> None:
+    """An op without a CUDA kernel of its own fails where its composite's parts fail, as on CUDA."""
+    test_device_rule(op, raises, accelerator)
+
+
+def test_composite_section_has_fifteen_ops() -> None:
+    """The composite section covers at least fifteen ops that raise."""
+    assert len([c for c in COMPOSITE_CASES if c.kwargs["raises"]]) >= 15
+
+
+def test_kernel_table_matches_native_functions_yaml() -> None:
+    """The emulator's set of ops with a CUDA kernel of their own is the one native_functions.yaml
+    gives, read here without torchgen: a `CUDA` dispatch key, a `ufunc_inner_loop` (torchgen generates
+    CPU and CUDA kernels from it), or a structured delegate that has one of those."""
+    import yaml
+
+    from samedevice.emulator import kernels
+
+    entries = yaml.load(kernels.yaml_path().read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    cuda_keys = {}
+    for e in entries:
+        name = e["func"].split("(")[0]
+        keys = [k.strip() for key in e.get("dispatch", {}) for k in key.split(",")]
+        cuda_keys[name] = ("CUDA" in keys or "ufunc_inner_loop" in e, e.get("structured_delegate"))
+    expected = {n for n, (own, delegate) in cuda_keys.items() if own or (delegate and cuda_keys[delegate][0])}
+    table = kernels.table()
+    assert {n for n, k in table.items() if k.cuda} == expected
+    assert {"stack", "allclose", "mv", "embedding", "ldexp.Tensor"} <= {n for n, k in table.items() if k.composite}
+    assert {"cat", "mm", "add.Tensor", "_fused_adagrad_"} <= expected
 
 
 @RULES
@@ -96,7 +170,7 @@ def test_device_rule(op: Op, raises: str | None, accelerator: torch.device) -> N
         else:
             assert result == expected
         return
-    pattern = raises.format(d=accelerator, s=f"{accelerator.type}:1")
+    pattern = raises.format(d=accelerator, s=f"{accelerator.type}:1", K=accelerator.type.upper(), t=accelerator.type)
     with pytest.raises(RuntimeError, match=_literal(pattern)):
         op(accelerator, second)
 

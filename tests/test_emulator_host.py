@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.nn.functional as F
+from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import emulator
 from tests.helpers import run_python
@@ -195,3 +196,92 @@ def test_no_abort_at_exit_under_load() -> None:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(one, range(60)))
     assert failures == []
+
+
+# ---- Parameter identity across Module._apply, PyTorch's rule as CUDA gets it ------------------------
+
+def _meta_linear() -> torch.nn.Module:
+    with torch.device("meta"):
+        return torch.nn.Linear(2, 2)
+
+
+@parametrize_cases(
+    Case("to", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d), keeps=True, emulated_keeps=True),
+    Case("backend_method", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: getattr(m, d.type)(), keeps=True,
+         emulated_keeps=True),
+    Case("half_on_device", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).half(), keeps=True,
+         emulated_keeps=True),
+    Case("to_empty_from_meta", make=_meta_linear, move=lambda m, d: m.to_empty(device=d), keeps=False,
+         emulated_keeps=False),
+    # departures, pinned: CUDA keeps the Parameter (.data =), the emulator cannot (no shared TensorImpl type)
+    Case("back_to_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).to("cpu"), keeps=True,
+         emulated_keeps=False),
+    Case("to_empty_from_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to_empty(device=d), keeps=True,
+         emulated_keeps=False),
+)
+def test_parameter_identity(make, move, keeps: bool, emulated_keeps: bool, accelerator: torch.device) -> None:
+    """Each way of moving a module keeps or replaces its Parameters as CUDA does (departures pinned)."""
+    model = make()
+    weight = model.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    move(model, accelerator)
+    expected = emulated_keeps if accelerator.type == emulator.NAME else keeps
+    assert (model.weight is weight) is expected
+    assert isinstance(model.weight, torch.nn.Parameter)
+    # a replaced Parameter is one the optimizer built before never sees: it trains nothing
+    assert (optimizer.param_groups[0]["params"][0] is model.weight) is expected
+
+
+# ---- fused optimizers' mixed precision, as CUDA's kernels accept it ------------------------------
+
+def _mixed_step(cls: type[torch.optim.Optimizer], device: torch.device, state_dtype: torch.dtype,
+                amsgrad: bool, fused: bool) -> torch.Tensor:
+    torch.manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(8).to(device))
+    optimizer = cls([param], lr=0.01, amsgrad=amsgrad, fused=fused)
+    zeros = lambda: torch.zeros(8, device=device, dtype=state_dtype)  # noqa: E731
+    # state created ahead of the first step, as bf16-state trainers do (a step pre-hook)
+    optimizer.state[param] = {"step": torch.zeros((), device=device), "exp_avg": zeros(), "exp_avg_sq": zeros(),
+                              **({"max_exp_avg_sq": zeros()} if amsgrad else {})}
+    for _ in range(3):
+        optimizer.zero_grad()
+        (param * torch.arange(8.0).to(device)).pow(2).sum().backward()
+        optimizer.step()
+    assert optimizer.state[param]["exp_avg"].dtype == state_dtype
+    return param.detach().cpu()
+
+
+@parametrize_cases(*(Case(f"{cls.__name__}-amsgrad_{a}", cls=cls, amsgrad=a)
+                     for cls in (torch.optim.Adam, torch.optim.AdamW) for a in (False, True)))
+def test_fused_adam_bf16_states_beside_float32_params(cls: type[torch.optim.Optimizer], amsgrad: bool) -> None:
+    """Fused Adam/AdamW with bfloat16 states beside float32 params steps as CUDA's mixed-precision
+    kernel does: close to float32 states (bfloat16 rounding), the states staying bfloat16."""
+    got = _mixed_step(cls, emulator.device(), torch.bfloat16, amsgrad, fused=True)
+    reference = _mixed_step(cls, torch.device("cpu"), torch.float32, amsgrad, fused=False)
+    torch.testing.assert_close(got, reference, rtol=2e-2, atol=2e-3)
+
+
+def test_fused_adam_mixed_precision_refuses_other_dtypes() -> None:
+    """Other state dtypes are refused: by the optimizer's grouping in Python (as on CUDA), and by the
+    kernel with CUDA's message (validate_mixed_precision_dtypes) when it is called directly."""
+    with pytest.raises(RuntimeError, match="optimizer states that can be bfloat16 for mixed-precision training"):
+        _mixed_step(torch.optim.AdamW, emulator.device(), torch.float16, False, fused=True)
+    dev = emulator.device()
+    one = lambda dtype: [torch.zeros(2, device=dev, dtype=dtype)]  # noqa: E731
+    with pytest.raises(RuntimeError, match="Mixed-precision fused AdamW requires bfloat16 optimizer states, got Half"):
+        torch._fused_adamw_(one(torch.float32), one(torch.float32), one(torch.float16), one(torch.float16), [],
+                            [torch.ones((), device=dev)], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0,
+                            eps=1e-8, amsgrad=False, maximize=False)
+
+
+def test_capturable_checks_devices_as_on_cuda(accelerator: torch.device) -> None:
+    """Capturable Adam refuses a `step` left on CPU beside device params, naming the supported devices
+    (torch/optim/adam.py, _get_capturable_supported_devices lists the PrivateUse1 name beside cuda)."""
+    param = torch.nn.Parameter(torch.ones(2, device=accelerator))
+    optimizer = torch.optim.Adam([param], capturable=True)
+    optimizer.state[param] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(2, device=accelerator),
+                              "exp_avg_sq": torch.zeros(2, device=accelerator)}
+    param.sum().backward()
+    with pytest.raises(AssertionError, match=rf"If capturable=True, params and state_steps must be on supported "
+                                             rf"devices: \[.*'{accelerator.type}'"):
+        optimizer.step()

@@ -3,7 +3,6 @@ allocation raises torch.OutOfMemoryError (before allocating, as CUDA's caching a
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -29,9 +28,10 @@ def _index(dev: torch.device | str | int | None) -> int:
 class Allocation:
     """One block of emulated device memory; freed when the last tensor viewing it dies."""
 
-    __slots__ = ("__weakref__", "index", "nbytes")
+    __slots__ = ("index", "nbytes")
 
     def __init__(self, index: int, nbytes: int) -> None:
+        self.index, self.nbytes = index, 0  # nothing to free if the allocation fails
         cap = _capacity[index]
         if cap is not None and _allocated[index] + nbytes > cap:
             raise torch.OutOfMemoryError(
@@ -39,10 +39,13 @@ class Allocation:
                 f"Device {index} has a total capacity of {_mib(cap)} of which "
                 f"{_mib(_allocated[index])} is allocated."
             )
-        self.index, self.nbytes = index, nbytes
+        self.nbytes = nbytes
         _allocated[index] += nbytes
-        _peak[index] = max(_peak[index], _allocated[index])
-        weakref.finalize(self, _free, index, nbytes)
+        if _allocated[index] > _peak[index]:
+            _peak[index] = _allocated[index]
+
+    def __del__(self) -> None:
+        _allocated[self.index] -= self.nbytes
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Allocation:
         return self
@@ -56,10 +59,6 @@ def allocation_of(elem: torch.Tensor, index: int) -> Allocation:
         alloc = Allocation(index, storage.nbytes())
         storage._samedevice_alloc = alloc  # type: ignore[attr-defined]
     return alloc
-
-
-def _free(index: int, nbytes: int) -> None:
-    _allocated[index] -= nbytes
 
 
 def _mib(nbytes: int) -> str:

@@ -32,11 +32,11 @@ class Plan(NamedTuple):
     structured: bool
 
 
-_PLANS: dict[Any, Plan] = {}
+_PLANS: dict[int, Plan] = {}  # by id(func): OpOverloads live as long as the process, and hash slowly
 
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
-    plan = _PLANS.get(func) or _plan(func)
+    plan = _PLANS.get(id(func)) or _plan(func)
     rule = plan.rule
     if rule == "direct":
         index = next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
@@ -77,7 +77,7 @@ def _plan(func: Any) -> Plan:
     found = table().get(yaml_name(func)) if func.namespace == "aten" else None
     rule = _rule(func, found, n_tensors)
     plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured))
-    _PLANS[func] = plan
+    _PLANS[id(func)] = plan
     return plan
 
 
@@ -105,6 +105,12 @@ def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
     def value(name: str, i: int) -> Any:
         return args[i] if i < len(args) else kwargs.get(name)
 
+    if plan.rule == "iterator" and not plan.outputs and not kwargs:
+        # the hot path: a functional TensorIterator op, its tensors in args
+        ins = [a for a in args if isinstance(a, torch.Tensor)]
+        if len(ins) == len(args) or not any(type(a) in (list, tuple) for a in args):
+            allow = len(ins) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
+            return check_tensor_iterator([], ins, allow_cpu_scalar=allow)
     outputs = [(n, value(n, i)) for n, i in plan.outputs]
     inputs = [(n, value(n, i)) for n, i in plan.inputs]
     if plan.rule == "iterator":
@@ -128,11 +134,16 @@ def check_tensor_iterator(outputs: list[torch.Tensor], inputs: list[torch.Tensor
     # first non-CPU operand's, outputs first; one 0-dim CPU *input* is allowed as a scalar when the
     # config allows CPU scalars (binary and comparison ops); any other operand elsewhere raises,
     # printing the common device first.
-    common = next((t.device for t in outputs + inputs if t.device.type != "cpu"), None)
+    operands = outputs + inputs if outputs else inputs
+    common = None
+    for t in operands:
+        if t.device.type != "cpu":
+            common = t.device
+            break
     if common is None:
         return None
     scalars = 1 if allow_cpu_scalar else 0
-    for t in outputs + inputs:
+    for t in operands:
         if t.device == common:
             continue
         if scalars and t.device.type == "cpu" and t.dim() == 0 and not any(t is o for o in outputs):
@@ -173,8 +184,13 @@ def _check_foreach(func: Any, args: Any, kwargs: Any) -> int | None:
     # tensor and must be on CPU (convert_tensor_to_scalar_list): it is not an operand.
     named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
     values = [v for name, v in named.items() if name != "scalars"]
-    lists = [a for a in values if isinstance(a, (list, tuple)) and tensors(a)]
-    scalars = tensors([a for a in values if isinstance(a, torch.Tensor)])
+    lists = [a for a in values if isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in a)]
+    scalars = [a for a in values if isinstance(a, torch.Tensor)]
+    first = next((t.device for t in lists[0] if t is not None), None) if lists else None
+    if first is not None and first.type == NAME and all(
+        t is None or t.device == first for group in (*lists, scalars) for t in group
+    ):
+        return emulated_index(first)  # all on one device: CUDA's fast path, nothing to check
     index = None
     for row in zip(*lists):
         row_tensors = tensors(list(row))
@@ -258,6 +274,40 @@ def _convolution(func: Any, args: Any, kwargs: Any) -> Any:
     return run_on_cpu(func, args, kwargs, index)
 
 
+_C10_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+
+
+def _fused_adam(func: Any, args: Any, kwargs: Any) -> Any:
+    # CUDA's fused Adam and AdamW take float32 params and grads with bfloat16 states, the mixed-
+    # precision path (aten/src/ATen/native/cuda/fused_adam_impl.cu and fused_adamw_impl.cu: when
+    # params[0] and exp_avgs[0] differ in dtype, validate_mixed_precision_dtypes, then
+    # FusedAdamMathFunctorMP, which computes in float32 and rounds each state back to bfloat16).
+    # CPU's fused kernel takes one dtype, so the emulator validates as CUDA does, then runs CPU's
+    # kernel on float32 copies of the states and rounds them back.
+    named = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    params, grads = named["self"], named["grads"]
+    states = [named["exp_avgs"], named["exp_avg_sqs"], named["max_exp_avg_sqs"]]
+    plan = _PLANS.get(id(func)) or _plan(func)
+    if not params or params[0].dtype == states[0][0].dtype:
+        return run_on_cpu(func, args, kwargs, check_devices(func, plan, args, kwargs))
+    op_name = "Mixed-precision fused " + ("AdamW" if "adamw" in func._schema.name else "Adam")
+    for what, found, wanted in (("float32 params", params, torch.float32), ("float32 grads", grads, torch.float32),
+                                *(("bfloat16 optimizer states", s, torch.bfloat16) for s in states if s)):
+        if found[0].dtype != wanted:
+            raise RuntimeError(f"{op_name} requires {what}, got {_C10_NAMES.get(found[0].dtype, found[0].dtype)}")
+    wide = [[t.float() for t in s] for s in states]
+    names = ("exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs")
+    positional = [a.name for a in func._schema.arguments][:len(args)]
+    wide_named = dict(zip(positional, args)) | kwargs | dict(zip(names, wide))
+    new_args = tuple(wide_named[n] for n in positional)
+    new_kwargs = {k: v for k, v in wide_named.items() if k not in positional}
+    run_on_cpu(func, new_args, new_kwargs, check_devices(func, plan, new_args, new_kwargs))
+    for narrow, widened in zip(states, wide):
+        for t, w in zip(narrow, widened):
+            unwrap(t).copy_(unwrap(w))
+    return None
+
+
 def _device_free(func: Any, args: Any, kwargs: Any) -> Any:
     """Ops that read metadata or a value only (`item()`, `is_pinned`)."""
     return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
@@ -278,4 +328,8 @@ SPECIAL: dict[Any, Any] = {
     aten.convolution.default: _convolution,
     aten._local_scalar_dense.default: _device_free,
     aten.is_pinned.default: _device_free,
+    aten._fused_adam_.default: _fused_adam,
+    aten._fused_adam_.tensor_lr: _fused_adam,
+    aten._fused_adamw_.default: _fused_adam,
+    aten._fused_adamw_.tensor_lr: _fused_adam,
 }

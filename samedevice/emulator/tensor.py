@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
-from samedevice.emulator.registration import NAME, check_present, current_index
+from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, current_index
 
 aten = torch.ops.aten
 
@@ -22,6 +22,9 @@ def resolve(dev: Any) -> int:
     index = current_index() if dev.index is None else dev.index
     check_present(index)
     return index
+
+
+_DEVICES: list[torch.device] = []  # emulated:0, emulated:1, once the name is registered
 
 
 class EmulatedTensor(torch.Tensor):
@@ -49,7 +52,7 @@ class EmulatedTensor(torch.Tensor):
             storage_offset=elem.storage_offset(),
             dtype=elem.dtype,
             layout=elem.layout,
-            device=torch.device(NAME, index),
+            device=_DEVICES[index],
             requires_grad=elem.requires_grad,
         )
         r.elem = elem
@@ -65,7 +68,20 @@ class EmulatedTensor(torch.Tensor):
             suffix += ", requires_grad=True"
         return text[:-1] + suffix + ")" if text.startswith("tensor(") else text
 
-    def __tensor_flatten__(self) -> tuple[list[str], int]:
+    # Parameter identity across Module._apply (torch/nn/modules/module.py): PyTorch keeps a Parameter
+    # (swap_tensors) when the new tensor is a traceable wrapper subclass, i.e. has __tensor_flatten__.
+    # CUDA keeps it (by `.data =`) when torch._has_compatible_shallow_copy_type holds, i.e. when the
+    # new tensor is a copy of a dense one (`.to`, `.cuda()`, `.half()`), and makes a new Parameter
+    # when it is not (`to_empty` from meta). So only a copy (copy_from, _to_copy) offers the protocol.
+    is_copy = False
+
+    @property
+    def __tensor_flatten__(self) -> Any:
+        if not self.is_copy:
+            raise AttributeError("__tensor_flatten__")
+        return self._flatten
+
+    def _flatten(self) -> tuple[list[str], int]:
         return ["elem"], self.device.index or 0
 
     @staticmethod
@@ -153,7 +169,27 @@ def emulated_index(dev: torch.device | None) -> int | None:
     return (dev.index or 0) if dev is not None and dev.type == NAME else None
 
 
+def _unwrap_flat(args: Any) -> list[Any] | None:
+    """The args with each emulated tensor replaced by its CPU data, when no argument is a list
+    (the common case, and the hot path); None otherwise."""
+    out = []
+    for a in args:
+        if type(a) is EmulatedTensor:
+            out.append(a.elem)
+        elif type(a) in (list, tuple):
+            return None
+        else:
+            out.append(a)
+    return out
+
+
 def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
+    flat = None if kwargs else _unwrap_flat(args)
+    if flat is not None and not _is_mutable(func):
+        out = func(*flat)
+        if type(out) is torch.Tensor:
+            return out if index is None else EmulatedTensor(out, index)
+        return wrap_outputs(out, {}, index)
     cpu_args, cpu_kwargs = tree_map(unwrap, (args, kwargs))
     if kwargs.get("device") is not None:
         # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
@@ -162,12 +198,22 @@ def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
         cpu_kwargs["device"] = torch.device("cpu")
     out = func(*cpu_args, **cpu_kwargs)
     same: dict[int, EmulatedTensor] = {}
-    if func._schema.is_mutable:
+    if _is_mutable(func):
         # in-place and out= ops return their input: hand back the caller's emulated tensor
         originals = leaves((args, kwargs), [])
         unwrapped = leaves((cpu_args, cpu_kwargs), [])
         same = {id(u): o for u, o in zip(unwrapped, originals) if isinstance(o, EmulatedTensor)}
     return wrap_outputs(out, same, index)
+
+
+_MUTABLE: dict[int, bool] = {}  # by id(func), as rules._PLANS
+
+
+def _is_mutable(func: Any) -> bool:
+    found = _MUTABLE.get(id(func))
+    if found is None:
+        found = _MUTABLE[id(func)] = func._schema.is_mutable
+    return found
 
 
 def wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
@@ -204,6 +250,7 @@ def empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None,
     return EmulatedTensor(elem, index)
 
 
+
 def _nbytes(size: Any, dtype: Any) -> int:
     n = 1
     for s in size:
@@ -225,11 +272,15 @@ def cpu_factory(packet: Any, *args: Any, **kwargs: Any) -> EmulatedTensor:
 
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    # `.to(device)` of a CPU tensor: CPU's _to_copy allocates on the device, then copies here
     unwrap(dst).copy_(unwrap(src))
+    if isinstance(dst, EmulatedTensor):
+        dst.is_copy = True
     return dst
 
 
 def _register_kernels() -> None:
+    _DEVICES[:] = [torch.device(NAME, i) for i in range(DEVICE_COUNT)]
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", empty_strided, "PrivateUse1")

@@ -21,13 +21,17 @@ def _to_copy(func: Any, args: Any, kwargs: Any) -> Any:
     cpu_kwargs = dict(kwargs, device=torch.device("cpu"))
     if target.type == NAME:
         index = resolve(target)  # an index-less "emulated" is the current device, as for "cuda"
-        return EmulatedTensor(aten._to_copy.default(unwrap(src), **cpu_kwargs), index)
+        copy = EmulatedTensor(aten._to_copy.default(unwrap(src), **cpu_kwargs), index)
+        copy.is_copy = True
+        return copy
     return aten._to_copy.default(unwrap(src), **cpu_kwargs)
 
 
 def _copy_(func: Any, args: Any, kwargs: Any) -> Any:
     dst, src = args[0], args[1]
     unwrap(dst).copy_(unwrap(src), **kwargs)
+    if isinstance(dst, EmulatedTensor):
+        dst.is_copy = True  # `.to(device)` of a CPU tensor: CPU's _to_copy allocates here, then copies
     return dst
 
 

@@ -1,0 +1,112 @@
+"""The emulator's dispatch cost against the floor, in one process.
+
+    python benchmarks/bench_dispatch.py [--quick] [--save]
+
+The floor is a trivial `__torch_dispatch__` wrapper written below (unwrap, run, rewrap, nothing
+else): what any Python tensor subclass pays per op. Two measurements, interleaved so the machine's
+drift hits both alike, medians of repeated runs:
+- per small op (an add of two 16-element tensors): emulated vs the floor. Target: at most 1.5x.
+- one Adam step of a tiny MLP (4 -> 8 -> 2): emulated vs CPU. Target: at most 3x.
+Results go to benchmarks/results/ (ignored by git) unless --save writes the committed copy beside
+the docs page (docs/benchmarks/dispatch.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from samedevice import emulator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Floor(torch.Tensor):
+    """The trivial wrapper: unwrap, run CPU's kernel, rewrap."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> Floor:
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.size(), strides=elem.stride(), dtype=elem.dtype,
+                                                device=elem.device, requires_grad=elem.requires_grad)
+        r.elem = elem
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        unwrap = lambda x: x.elem if isinstance(x, Floor) else x  # noqa: E731
+        out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+        return Floor(out) if isinstance(out, torch.Tensor) else out
+
+
+def per_call(fn: Any, n: int) -> float:
+    """Median seconds per call of fn over 5 batches of n calls."""
+    fn()
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        batches.append((time.perf_counter() - t0) / n)
+    return statistics.median(batches)
+
+
+def tiny_step(device: torch.device) -> Any:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 4).to(device), torch.randn(16, 2).to(device)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repetitions: checks the script runs")
+    parser.add_argument("--save", action="store_true", help="write the committed result file")
+    args = parser.parse_args()
+    n_ops, n_steps, rounds = (200, 20, 1) if args.quick else (5000, 300, 5)
+
+    dev = emulator.device()
+    a, b = torch.ones(16, device=dev), torch.ones(16, device=dev)
+    fa, fb = Floor(torch.ones(16)), Floor(torch.ones(16))
+    cpu_step, emu_step = tiny_step(torch.device("cpu")), tiny_step(dev)
+    op, floor, step_cpu, step_emu = [], [], [], []
+    for _ in range(rounds):
+        op.append(per_call(lambda: a + b, n_ops))
+        floor.append(per_call(lambda: fa + fb, n_ops))
+        step_cpu.append(per_call(cpu_step, n_steps))
+        step_emu.append(per_call(emu_step, n_steps))
+    med = statistics.median
+    result = {
+        "op_us": round(med(op) * 1e6, 2), "floor_us": round(med(floor) * 1e6, 2),
+        "op_ratio": round(med(op) / med(floor), 3),
+        "op_ratio_spread": [round(min(op) / max(floor), 3), round(max(op) / min(floor), 3)],
+        "tiny_step_cpu_us": round(med(step_cpu) * 1e6, 1), "tiny_step_emulated_us": round(med(step_emu) * 1e6, 1),
+        "tiny_step_ratio": round(med(step_emu) / med(step_cpu), 3),
+        "tiny_step_ratio_spread": [round(min(step_emu) / max(step_cpu), 3), round(max(step_emu) / min(step_cpu), 3)],
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
+    }
+    out = ROOT / ("docs/benchmarks" if args.save else "benchmarks/results") / "dispatch.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"small op (add, 16 elements): emulated {result['op_us']} us, floor {result['floor_us']} us, "
+          f"ratio {result['op_ratio']}x (target <= 1.5x)")
+    print(f"tiny MLP Adam step: emulated {result['tiny_step_emulated_us']} us, cpu {result['tiny_step_cpu_us']} us, "
+          f"ratio {result['tiny_step_ratio']}x (target <= 3x)")
+    print(f"written to {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
