@@ -33,7 +33,19 @@ def resume(path: Path, device: torch.device):
     return model, optimizer
 
 
-def run(device: torch.device, workdir: Path) -> dict[str, torch.Tensor]:
+def resume_meta_init(path: Path, device: torch.device):
+    """The other way to replace them: a model built on the meta device, then `to_empty`."""
+    with torch.device("meta"):
+        model = harness.TinyNet()
+    optimizer = make_optimizer(model.parameters())  # BUG: holds the meta Parameters that to_empty replaces
+    model.to_empty(device=device)
+    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return model, optimizer
+
+
+def run(device: torch.device, workdir: Path, resume=resume) -> dict[str, torch.Tensor]:
     model, optimizer = resume(harness.write_checkpoint(workdir, make_optimizer), device)
     return harness.finish(model, optimizer, device)
 

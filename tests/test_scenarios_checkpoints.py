@@ -184,19 +184,23 @@ def test_orphaned_params_identity_check(device: torch.device, tmp_path: Path) ->
     assert {id(p) for p in model.parameters()} == _held(optimizer)
 
 
-def test_orphaned_params_to_empty_from_meta(tmp_path: Path) -> None:
-    """to_empty on a meta-device model makes new Parameters (meta and CPU tensors are not shallow-copy
-    compatible); an optimizer built before it keeps the meta ones and steps nothing."""
-    case = registry.get("orphaned_params").case()
+def test_orphaned_params_meta_init(device: torch.device, tmp_path: Path) -> None:
+    """The meta-device variant: to_empty makes new Parameters (a meta tensor is shallow-copy compatible
+    with no dense device's), so an optimizer built before it trains nothing; built after, it matches."""
+    scenario = registry.get("orphaned_params")
+    case, fix = scenario.case(), scenario.fix()
     with torch.device("meta"):
         model = harness.TinyNet()
-    optimizer = case.make_optimizer(model.parameters())
-    model.to_empty(device=CPU)
-    assert not {id(p) for p in model.parameters()} & _held(optimizer)
-    model.load_state_dict(harness.new_model().state_dict())
-    result = harness.finish(model, optimizer, CPU, harness.batches())
-    assert not optimizer.state
-    assert_same_params(result, harness.cpu_state(harness.new_model()), exact=True)
+    before = list(model.parameters())  # kept alive, so ids are not reused
+    model.to_empty(device=device)
+    assert not any(a is b for a, b in zip(before, model.parameters()))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "fixed").mkdir()
+    result = case.run(device, tmp_path / "broken", resume=case.resume_meta_init)
+    checkpoint = torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=True)
+    assert_same_params(result, checkpoint["model"], exact=True)
+    result = fix.run(device, tmp_path / "fixed", resume=fix.resume_meta_init)
+    assert_same_params(result, fix.reference(), exact=device.type == "cpu")
 
 
 # ---- ema_shadow ----------------------------------------------------------------------------------
