@@ -1,5 +1,5 @@
-"""Real ranks for the multi-device scenarios: one fresh Python process per rank, torch.distributed
-with the gloo engine, every wait bounded by a timeout.
+"""Real ranks for the multi-device scenarios: one process per rank, torch.distributed with the gloo
+engine, every wait bounded by a timeout.
 
     results = ranks.launch("cases.ddp_rank_map_location:train", world_size=2, kind="emulated",
                            workdir=tmp)   # [rank 0's return value, rank 1's]
@@ -7,14 +7,15 @@ with the gloo engine, every wait bounded by a timeout.
 Each rank, a process forked from a server that has imported torch once, runs
 `function(rank, world_size, device, workdir)` with the default process group initialised, `device`
 being `<kind>:<rank>` (CPU for "cpu"). The ranks meet through a FileStore in `workdir`, so no port
-can be taken. When a rank raises, the others are stopped and `launch`
-raises the same exception type with the rank's message; a run that cannot start (too few devices,
-a rank that dies, a timeout) raises `UnavailableError` or `RuntimeError` with one line saying why.
+can be taken. When a rank raises, the others are stopped at once and `launch` raises the first
+failure's exception type with its message. A run that cannot start says why in one line:
+`UnavailableError` for too few devices, `RuntimeError` for a rank that dies or a run past its
+timeout (`TIMEOUT_S`, which also bounds every collective).
 
 Gloo moves CPU and CUDA tensors. For the emulated device, a thin backend (`EmulatedGloo`,
 registered for the device type through `torch.distributed.Backend.register_backend`) hands gloo
 the CPU tensor under each emulated one: gloo does every collective, on the very memory of the
-emulated tensors.
+emulated tensors. Each rank's output goes to `workdir/rank<N>.log`.
 """
 
 from __future__ import annotations
