@@ -285,3 +285,50 @@ def test_capturable_checks_devices_as_on_cuda(accelerator: torch.device) -> None
     with pytest.raises(AssertionError, match=rf"If capturable=True, params and state_steps must be on supported "
                                              rf"devices: \[.*'{accelerator.type}'"):
         optimizer.step()
+
+
+def test_an_op_without_a_cuda_kernel_fails_naming_it() -> None:
+    """An op with a CPU kernel only (native_functions.yaml: histogram) fails on the device naming the op,
+    as PyTorch's dispatcher fails it on CUDA, instead of quietly running CPU's kernel."""
+    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::histogram' with arguments from the "
+                                                  r"'emulated' backend"):
+        torch.histogram(torch.arange(4.0, device=emulator.device()), bins=2)
+    assert torch.histogram(torch.arange(4.0), bins=2).hist.tolist() == [2.0, 2.0]
+
+
+# ---- random numbers and scalars ---------------------------------------------------------------------
+
+
+def test_a_cpu_generator_is_refused_as_on_cuda() -> None:
+    """A random op on the device refuses a CPU generator with CUDA's message (check_generator)."""
+    dev = emulator.device()
+    with pytest.raises(RuntimeError, match="Expected a 'emulated' device type for generator but found 'cpu'"):
+        torch.randn(3, device=dev, generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="Expected a 'emulated' device type for generator but found 'cpu'"):
+        torch.ones(3, device=dev).uniform_(generator=torch.Generator())
+
+
+def test_fork_rng_restores_the_device_draws() -> None:
+    """torch.random.fork_rng(device_type="emulated") saves and restores the device's RNG state."""
+    dev = emulator.device()
+    state = torch.emulated.get_rng_state()
+    with torch.random.fork_rng(devices=[0], device_type=emulator.NAME):
+        inside = torch.randn(3, device=dev).cpu()
+    assert torch.equal(torch.randn(3, device=dev).cpu(), inside)
+    torch.emulated.set_rng_state(state)
+    assert torch.equal(torch.randn(3, device=dev).cpu(), inside)
+
+
+def test_device_generators_cannot_be_made() -> None:
+    """Departure: torch.Generator(device="emulated") fails (PyTorch asks the PrivateUse1 hooks for a
+    generator, which Python hooks cannot provide); draws on the device use the CPU generator."""
+    with pytest.raises(NotImplementedError, match="getNewGenerator"):
+        torch.Generator(device=emulator.device())
+
+
+def test_tensor_of_device_scalars() -> None:
+    """torch.tensor([x, y]) of 0-dim device tensors reads their values, as on CUDA."""
+    dev = emulator.device()
+    losses = [torch.tensor(1.5, device=dev), torch.tensor(2.5, device=dev)]
+    assert torch.tensor(losses).tolist() == [1.5, 2.5]
+    assert torch.tensor(losses, device=dev).device == dev

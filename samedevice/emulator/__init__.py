@@ -23,11 +23,12 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
   queues then;
 - without a C++ compiler the emulator falls back to PyTorch's Python device guard (it says so in one
   line): one current device, and backward on emulated:0 only;
-- moving a module from the emulated device back to CPU gives it new Parameters (CUDA keeps them);
+- moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
+  Parameters (CUDA keeps them);
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
   still holds;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
-- random numbers on the device come from the CPU generator;
+- random numbers on the device come from the CPU generator, and device generators cannot be made;
 - storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
   storages): a clear error; map_location strings, devices and dicts work;
 - sparse tensors are refused.

@@ -54,7 +54,7 @@ def _build(target: Path) -> None:
     cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
            f"-I{include}", str(SOURCE), f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", "-o", tmp]
     if sysconfig.get_platform().startswith("macosx"):
-        cmd.insert(1, "-undefined dynamic_lookup")
+        cmd[1:1] = ["-undefined", "dynamic_lookup"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:

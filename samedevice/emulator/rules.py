@@ -18,7 +18,7 @@ import torch
 
 from samedevice.emulator.kernels import Kernels, table
 from samedevice.emulator.registration import NAME
-from samedevice.emulator.tensor import emulated_index, run_on_cpu, tensors, tree_map, unwrap
+from samedevice.emulator.tensor import emulated_index, run_on_cpu, same_index, tensors, tree_map, unwrap
 
 _COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeExplicitAutograd,
                    torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional,
@@ -30,6 +30,7 @@ class Plan(NamedTuple):
     outputs: tuple[tuple[str, int], ...]  # (name, position) of written arguments: in-place self, out=
     inputs: tuple[tuple[str, int], ...]  # (name, position) of positional arguments
     structured: bool
+    generator: tuple[str, int] | None = None  # (name, position) of a `Generator? generator` argument
 
 
 _PLANS: dict[int, Plan] = {}  # by id(func): OpOverloads live as long as the process, and hash slowly
@@ -37,6 +38,8 @@ _PLANS: dict[int, Plan] = {}  # by id(func): OpOverloads live as long as the pro
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
     plan = _PLANS.get(id(func)) or _plan(func)
+    if plan.generator is not None:
+        _check_generator(plan.generator, args, kwargs)
     rule = plan.rule
     if rule == "direct":
         index = next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
@@ -55,6 +58,15 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
     return run_on_cpu(func, args, kwargs, index)
 
 
+def _check_generator(at: tuple[str, int], args: Any, kwargs: Any) -> None:
+    # check_generator<CUDAGeneratorImpl> (aten/src/ATen/core/DistributionsHelper.h & co.): a random op on
+    # the device takes a generator of the device's type only; a CPU generator is refused.
+    name, i = at
+    gen = args[i] if i < len(args) else kwargs.get(name)
+    if gen is not None and gen.device.type != NAME:
+        raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{gen.device.type}'")
+
+
 def _composite_key(func: Any) -> Any:
     return next(k for k in _COMPOSITE_KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k))
 
@@ -65,8 +77,10 @@ def yaml_name(func: Any) -> str:
 
 
 def _plan(func: Any) -> Plan:
-    outputs, inputs, n_tensors = [], [], 0
+    outputs, inputs, n_tensors, generator = [], [], 0, None
     for i, a in enumerate(func._schema.arguments):
+        if "Generator" in str(a.type):
+            generator = (a.name, i)
         if a.alias_info is not None and a.alias_info.is_write:
             outputs.append((a.name, i))
         if not a.kwarg_only:  # the codegen leaves keyword-only inputs unchecked
@@ -76,7 +90,7 @@ def _plan(func: Any) -> Plan:
             n_tensors += 2 if kind.startswith("List[") else 1
     found = table().get(yaml_name(func)) if func.namespace == "aten" else None
     rule = _rule(func, found, n_tensors)
-    plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured))
+    plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured), generator)
     _PLANS[id(func)] = plan
     return plan
 
@@ -108,9 +122,16 @@ def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
     if plan.rule == "iterator" and not plan.outputs and not kwargs:
         # the hot path: a functional TensorIterator op, its tensors in args
         ins = [a for a in args if isinstance(a, torch.Tensor)]
+        index = same_index(ins)
+        if index is not None:
+            return index
         if len(ins) == len(args) or not any(type(a) in (list, tuple) for a in args):
             allow = len(ins) == 2 or func._schema.name in _ALLOW_CPU_SCALAR
             return check_tensor_iterator([], ins, allow_cpu_scalar=allow)
+    if not kwargs and not any(type(a) in (list, tuple) for a in args):
+        index = same_index([a for a in args if isinstance(a, torch.Tensor)])
+        if index is not None:
+            return index  # every argument is a tensor on one emulated device: no rule can object
     outputs = [(n, value(n, i)) for n, i in plan.outputs]
     inputs = [(n, value(n, i)) for n, i in plan.inputs]
     if plan.rule == "iterator":

@@ -31,6 +31,7 @@ class EmulatedTensor(torch.Tensor):
     """A tensor on `emulated:N` whose data lives in the CPU tensor `elem`."""
 
     elem: torch.Tensor
+    device_index: int
     _alloc: Allocation
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
@@ -57,6 +58,7 @@ class EmulatedTensor(torch.Tensor):
         )
         r.elem = elem
         r._alloc = alloc
+        r.device_index = index  # a plain int: device checks read it without building a torch.device
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
@@ -163,6 +165,17 @@ def leaves(x: Any, out: list[Any]) -> list[Any]:
 
 def tensors(x: Any) -> list[torch.Tensor]:
     return [t for t in leaves(x, []) if isinstance(t, torch.Tensor)]
+
+
+def same_index(tensors: Any) -> int | None:
+    """The index all of `tensors` share when every one is an emulated tensor on it (the common case,
+    which needs no device check), else None."""
+    index = None
+    for t in tensors:
+        if type(t) is not EmulatedTensor or (index is not None and t.device_index != index):
+            return None
+        index = t.device_index
+    return index
 
 
 def emulated_index(dev: torch.device | None) -> int | None:
@@ -279,6 +292,12 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
     return dst
 
 
+def local_scalar_dense(t: torch.Tensor) -> Any:
+    # torch.tensor([x, y]) of 0-dim device tensors reads each with Python dispatch off
+    # (internal_new_from_data), so `.item()` needs a PrivateUse1 kernel, as _copy_from does
+    return unwrap(t).item()
+
+
 def _register_kernels() -> None:
     _DEVICES[:] = [torch.device(NAME, i) for i in range(DEVICE_COUNT)]
     lib = torch.library.Library("aten", "IMPL")
@@ -286,6 +305,7 @@ def _register_kernels() -> None:
     lib.impl("empty_strided", empty_strided, "PrivateUse1")
     # torch.tensor(data, device=...) copies with the Python key excluded, so it lands here
     lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     for name in RESIZING_FACTORIES:
         lib.impl(name, functools.partial(cpu_factory, getattr(aten, name.split(".")[0])), "PrivateUse1")
     _libs.append(lib)
