@@ -7,8 +7,8 @@ else): what any Python tensor subclass pays per op. Two measurements, interleave
 drift hits both alike, medians of repeated runs:
 - per small op (an add of two 16-element tensors): emulated vs the floor. Target: at most 1.5x.
 - one Adam step of a tiny MLP (4 -> 8 -> 2): emulated vs CPU. Target: at most 3x.
-Results go to benchmarks/results/ (ignored by git) unless --save writes the committed copy beside
-the docs page (docs/benchmarks/dispatch.json).
+Results go to benchmarks/out/ (ignored by git) unless --save writes the recorded
+benchmarks/results/dispatch.json.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Floor(torch.Tensor):
-    """The trivial wrapper: unwrap, run CPU's kernel, rewrap."""
+    """The trivial wrapper: unwrap, run CPU's kernel, rewrap (no __torch_function__ layer either, as
+    the emulated tensor has none)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor) -> Floor:
@@ -98,7 +101,7 @@ def main() -> None:
         "tiny_step_ratio_spread": [round(min(step_emu) / max(step_cpu), 3), round(max(step_emu) / min(step_cpu), 3)],
         "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
     }
-    out = ROOT / ("docs/benchmarks" if args.save else "benchmarks/results") / "dispatch.json"
+    out = ROOT / "benchmarks" / ("results" if args.save else "out") / "dispatch.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"small op (add, 16 elements): emulated {result['op_us']} us, floor {result['floor_us']} us, "

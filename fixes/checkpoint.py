@@ -4,9 +4,16 @@ When to use it: in place of a bare `torch.save` / `torch.load` pair in a trainin
 survive being killed mid-save and must never resume from a bad file, or resume with state on the
 wrong device. It needs only the standard library and torch.
 
-    save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch)
+    save_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, epoch=epoch)
     ...
-    extra = resume(path, model=model, optimizer=optimizer, device=device)   # {"epoch": ...}
+    extra = resume(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, device=device)
+    # extra == {"epoch": ...}
+
+Besides the model and `optimizer`, any keyword whose value is Stateful (has `state_dict` and
+`load_state_dict`, as in torch.distributed.checkpoint: a second optimizer, an LR scheduler, a
+GradScaler, an EMA module) is saved by its state_dict and restored by name; every other keyword is
+an extra, handed back by `resume`. A checkpoint from a plain `torch.save({"model": ..., "optimizer":
+...})` is read with `resume(..., plain=True)`: its other keys are restored by name or handed back.
 
 `save_checkpoint` writes a temporary file next to `path`, fsyncs it, renames it over `path` and
 fsyncs the folder: a crash at any moment leaves the last good checkpoint in place (and at worst a
@@ -17,20 +24,21 @@ that `torch.load(weights_only=True)` would refuse.
 runs), `map_location="cpu"` (nothing lands on a device by accident) and `mmap=True` (tensors are
 read from the file as they are copied, not held in memory twice). It checks every record's CRC-32
 (`torch.load` does not: flipped bytes in tensor data load silently), then the whole checkpoint
-against the model and optimizer, and applies it only if all of it fits: the model moved to `device`
+against the model and every Stateful object, and applies it only if all of it fits: the model moved to `device`
 first, its state copied into the existing parameters (the optimizer keeps pointing at them), then
 the optimizer state, which PyTorch casts to each parameter's device (`step` stays on CPU unless the
-group is capturable or fused), then the RNG state, from a CPU tensor. The optimizer takes the
+group is capturable or fused), then the other Stateful objects, then the RNG state, from a CPU tensor. The optimizer takes the
 checkpoint's hyperparameters, `capturable` and `fused` included: load_state_dict keeps only each
 group's params, so an Adam built with capturable=True resumes a plain Adam's checkpoint as plain.
 
-Every problem is one `CheckpointError` naming the file and the key; after one, the model and
-optimizer are as they were. A missing file is not a bad checkpoint: it raises FileNotFoundError.
+Every problem is one `CheckpointError` naming the file and the key; after one, the model, the
+optimizer and every other object are as they were. A missing file is not a bad checkpoint: it raises FileNotFoundError.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import pickle
@@ -40,13 +48,26 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 FORMAT_VERSION = 1
 _Fail = Callable[["str | None", str], "CheckpointError"]  # makes the error for a key and a detail
 _ZIP_MAGIC = b"PK\x03\x04"  # torch.save's default (zip) format; the only one torch.load can mmap
+
+
+class Stateful(Protocol):
+    """What `save_checkpoint` and `resume` take besides the model: optimizers, LR schedulers, a GradScaler."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any: ...
+
+
+def _is_stateful(value: Any) -> bool:
+    return not isinstance(value, type) and all(
+        callable(getattr(value, name, None)) for name in ("state_dict", "load_state_dict"))
 
 
 class CheckpointError(Exception):
@@ -73,19 +94,21 @@ def save_checkpoint(
     *,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
-    **extra: Any,
+    **objects: Any,
 ) -> None:
-    """Write model, optimizer, RNG states and `extra` to `path`, atomically."""
+    """Write the model, the optimizer, every other Stateful object in `objects` (by its state_dict),
+    the RNG states and the remaining `objects` (the extras) to `path`, atomically."""
     path = Path(path)
     payload: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "model": model.state_dict(),
         "rng": _rng_states(),
-        "extra": dict(extra),
+        "stateful": {name: obj.state_dict() for name, obj in objects.items() if _is_stateful(obj)},
+        "extra": {name: obj for name, obj in objects.items() if not _is_stateful(obj)},
     }
     if optimizer is not None:
         payload["optimizer"] = optimizer.state_dict()
-    for key in ("model", "optimizer", "extra"):
+    for key in ("model", "optimizer", "stateful", "extra"):
         if key in payload:
             _refuse_unloadable(payload[key], key)
 
@@ -174,12 +197,24 @@ def resume(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     device: torch.device | str | None = None,
+    plain: bool = False,
+    **objects: Stateful,
 ) -> dict[str, Any]:
-    """Load `path` into `model` (moved to `device` if given) and `optimizer`; return the extras."""
+    """Load `path` into `model` (moved to `device` if given), `optimizer` and each Stateful object in
+    `objects` (by the name it was saved under); return the extras. With `plain`, also read a file
+    written by a plain `torch.save({"model": ..., "optimizer": ..., ...})`."""
     path = Path(path)
+    for name, obj in objects.items():
+        if not _is_stateful(obj):
+            raise TypeError(f"resume: {name}= is a {type(obj).__name__}, which has no state_dict and "
+                            "load_state_dict; pass only objects to restore (extras come back as the result)")
+    targets: dict[str, Stateful] = {"optimizer": optimizer} if optimizer is not None else {}
+    targets.update({f"stateful.{name}": obj for name, obj in objects.items()})
     checkpoint = _load(path)
-    _check(checkpoint, path, model, optimizer)
-    _apply(checkpoint, path, model, optimizer, device)
+    if plain:
+        checkpoint = _from_plain(checkpoint, list(objects))
+    _check(checkpoint, path, model, targets)
+    _apply(checkpoint, path, model, targets, device)
     # A tensor loaded with mmap=True keeps a mapping of the whole file alive: hand back copies.
     return _copy_tensors(checkpoint["extra"])
 
@@ -223,7 +258,30 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(gist.split())}"
 
 
-def _check(checkpoint: Any, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+def _from_plain(checkpoint: Any, names: list[str]) -> Any:
+    """A plain `torch.save({"model": ..., "optimizer": ..., ...})` dict in save_checkpoint's layout
+    (without RNG states, which such a file does not have); anything else as it is."""
+    if not isinstance(checkpoint, dict) or "format_version" in checkpoint:
+        return checkpoint
+    converted = {key: checkpoint[key] for key in ("model", "optimizer") if key in checkpoint}
+    converted.update(format_version=FORMAT_VERSION, plain=True,
+                     stateful={name: checkpoint[name] for name in names if name in checkpoint},
+                     extra={k: v for k, v in checkpoint.items() if k not in ("model", "optimizer", *names)})
+    return converted
+
+
+_MISSING = object()
+
+
+def _saved(checkpoint: dict[str, Any], key: str) -> Any:
+    """The saved state of a target: "optimizer" at the top, "stateful.<name>" under "stateful"."""
+    if key == "optimizer":
+        return checkpoint.get("optimizer", _MISSING)
+    stateful = checkpoint.get("stateful", {})
+    return stateful.get(key.split(".", 1)[1], _MISSING) if isinstance(stateful, dict) else _MISSING
+
+
+def _check(checkpoint: Any, path: Path, model: torch.nn.Module, targets: dict[str, Stateful]) -> None:
     """Raise CheckpointError for the first thing in `checkpoint` that does not fit; touch nothing."""
 
     def fail(key: str | None, detail: str) -> CheckpointError:
@@ -234,21 +292,29 @@ def _check(checkpoint: Any, path: Path, model: torch.nn.Module, optimizer: torch
     if "model" not in checkpoint:
         raise fail("model", f"missing: the file holds a dict with keys {sorted(map(str, checkpoint))}, "
                             "not a checkpoint written by save_checkpoint")
-    if checkpoint.get("format_version") != FORMAT_VERSION:
-        version = checkpoint.get("format_version")
+    if "format_version" not in checkpoint:
+        raise fail("format_version", "missing: this is a plain torch.save checkpoint, not one written by "
+                                     "save_checkpoint; to read it, pass plain=True to resume")
+    if checkpoint["format_version"] != FORMAT_VERSION:
+        version = checkpoint["format_version"]
         raise fail("format_version", f"is {version!r}; this code reads version {FORMAT_VERSION}")
-    for key in ("model", "rng", "extra"):
+    for key in ("model", "extra") if checkpoint.get("plain") else ("model", "rng", "extra"):
         if key not in checkpoint:
             raise fail(key, "missing: the checkpoint was not written by save_checkpoint")
         if not isinstance(checkpoint[key], dict):
             raise fail(key, f"should be a dict, is a {type(checkpoint[key]).__name__}")
 
     _check_model(checkpoint["model"], model, fail)
-    if optimizer is not None:
-        if "optimizer" not in checkpoint:
-            raise fail("optimizer", "missing: the checkpoint was saved without an optimizer")
-        _check_optimizer(checkpoint["optimizer"], optimizer, fail)
-    _check_rng(checkpoint["rng"], fail)
+    for key, obj in targets.items():
+        saved = _saved(checkpoint, key)
+        if saved is _MISSING:
+            raise fail(key, f"missing: the checkpoint was saved without {'an optimizer' if key == 'optimizer' else 'it'}")
+        if isinstance(obj, torch.optim.Optimizer):
+            _check_optimizer(saved, obj, fail, key)
+        elif not isinstance(saved, dict):
+            raise fail(key, f"should be a state_dict (a dict), is a {type(saved).__name__}")
+    if "rng" in checkpoint:
+        _check_rng(checkpoint["rng"], fail)
 
 
 def _check_model(saved: dict[str, Any], model: torch.nn.Module, fail: _Fail) -> None:
@@ -269,25 +335,25 @@ def _check_model(saved: dict[str, Any], model: torch.nn.Module, fail: _Fail) -> 
                            f"shape {list(got.shape)} in the checkpoint, {list(want.shape)} in the model")
 
 
-def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, fail: _Fail) -> None:
+def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, fail: _Fail, where: str = "optimizer") -> None:
     if not (isinstance(saved, dict) and isinstance(saved.get("state"), dict)
             and isinstance(saved.get("param_groups"), list)):
-        raise fail("optimizer", "should be an optimizer state_dict, a dict with 'state' and 'param_groups'")
+        raise fail(where, "should be an optimizer state_dict, a dict with 'state' and 'param_groups'")
     groups, saved_groups = optimizer.param_groups, saved["param_groups"]
     if len(saved_groups) != len(groups):
-        raise fail("optimizer.param_groups",
+        raise fail(f"{where}.param_groups",
                    f"{len(saved_groups)} param groups in the checkpoint, {len(groups)} in the optimizer")
     params: dict[Any, torch.Tensor] = {}  # saved param id -> the optimizer's param
     for i, (saved_group, group) in enumerate(zip(saved_groups, groups)):
         ids = saved_group.get("params") if isinstance(saved_group, dict) else None
         if not isinstance(ids, list):
-            raise fail(f"optimizer.param_groups.{i}", "should be a dict with a 'params' list")
+            raise fail(f"{where}.param_groups.{i}", "should be a dict with a 'params' list")
         if len(ids) != len(group["params"]):
-            raise fail(f"optimizer.param_groups.{i}",
+            raise fail(f"{where}.param_groups.{i}",
                        f"{len(ids)} params in the checkpoint, {len(group['params'])} in the optimizer's group")
         params.update(zip(ids, group["params"]))
     for pid, state in saved["state"].items():
-        key = f"optimizer.state.{pid}"
+        key = f"{where}.state.{pid}"
         if pid not in params:
             raise fail(key, "belongs to no param group")
         if not isinstance(state, dict):
@@ -350,34 +416,41 @@ def _apply(
     checkpoint: dict[str, Any],
     path: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
+    targets: dict[str, Stateful],
     device: torch.device | str | None,
 ) -> None:
     """Apply a checked checkpoint; if anything still fails, put everything back and raise."""
-    # The snapshot: model values copied to CPU, the model's Parameter objects and device, and the
-    # optimizer's own state and groups (load_state_dict replaces those two, it never writes into them).
+    # The snapshot: model values copied to CPU, the model's Parameter objects and device, each
+    # optimizer's own state and groups (load_state_dict replaces those two, it never writes into them),
+    # and a copy of every other object's state_dict.
     model_before = _copy_tensors(model.state_dict(), to="cpu")
     params_before = [(module, name, param) for module in model.modules()
                      for name, param in module.named_parameters(recurse=False)]
     devices_before = {t.device for t in (*model.parameters(), *model.buffers())}
-    optimizer_before = (optimizer.state, optimizer.param_groups) if optimizer is not None else None
+    optimizers = {key: obj for key, obj in targets.items() if isinstance(obj, torch.optim.Optimizer)}
+    optimizers_before = {key: (opt.state, opt.param_groups) for key, opt in optimizers.items()}
+    others_before = {key: copy.deepcopy(obj.state_dict()) for key, obj in targets.items() if key not in optimizers}
     rng_before = torch.get_rng_state()
     stage = "model"
     try:
         if device is not None:
             model.to(device)  # first: the optimizer state is cast to where the params are when it loads
-            if optimizer is not None:
+            for optimizer in optimizers.values():
                 _check_still_held(params_before, optimizer)
         model.load_state_dict(checkpoint["model"])  # copies into the existing params, which the optimizer holds
-        if optimizer is not None:
-            stage = "optimizer"
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            _unmap(optimizer, checkpoint["optimizer"])
+        for stage, obj in targets.items():  # `stage` names the one that fails, below
+            saved = _saved(checkpoint, stage)
+            if stage in optimizers:
+                obj.load_state_dict(saved)
+                _unmap(optimizers[stage], saved)
+            else:
+                obj.load_state_dict(_copy_tensors(saved))  # copies: nothing keeps the file's mmap alive
         stage = "rng"
-        torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())  # torch.set_rng_state takes a CPU ByteTensor only
-        if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
-            for index, state in enumerate(checkpoint["rng"]["cuda"][: torch.cuda.device_count()]):
-                torch.cuda.set_rng_state(state.cpu(), index)
+        if "rng" in checkpoint:  # a plain torch.save checkpoint has none
+            torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())  # torch.set_rng_state takes a CPU ByteTensor only
+            if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
+                for index, state in enumerate(checkpoint["rng"]["cuda"][: torch.cuda.device_count()]):
+                    torch.cuda.set_rng_state(state.cpu(), index)
     except Exception as e:
         for module, name, param in params_before:
             if getattr(module, name) is not param:
@@ -386,11 +459,14 @@ def _apply(
             with _swapping_params():
                 model.to(next(iter(devices_before)))
         model.load_state_dict(model_before)
-        if optimizer is not None and optimizer_before is not None:
-            optimizer.state, optimizer.param_groups = optimizer_before
+        for key, (state, groups) in optimizers_before.items():
+            optimizers[key].state, optimizers[key].param_groups = state, groups
+        for key, state_dict in others_before.items():
+            targets[key].load_state_dict(state_dict)
         torch.set_rng_state(rng_before)
         raise CheckpointError(
-            path, stage, f"could not be applied ({type(e).__name__}: {e}); the model and optimizer are as they were"
+            path, stage, f"could not be applied ({type(e).__name__}: {e}); the model, optimizer and every other "
+                         "object are as they were"
         ) from e
 
 

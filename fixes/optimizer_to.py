@@ -27,6 +27,12 @@ import torch
 
 
 def optimizer_to(optimizer: torch.optim.Optimizer, device: torch.device | str | None = None) -> torch.optim.Optimizer:
+    """Move every tensor in `optimizer.state` to its parameter's device, or to `device` if given.
+
+    Recurses into lists, tuples and dicts; keeps dtypes, values and shared tensors shared. `step`
+    goes where PyTorch wants it: CPU, unless the parameter's group is capturable or fused. A second
+    call changes nothing. Returns the optimizer, so `optimizer_to(opt, "cuda").step()` reads well.
+    """
     groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
     moved: dict[int, torch.Tensor] = {}  # id of an original tensor -> its moved copy (keeps sharing)
     for param, state in optimizer.state.items():

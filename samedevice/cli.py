@@ -1,104 +1,156 @@
-"""Command line: `python -m samedevice tour | list | show <slug>`.
+"""Command line: `samedevice tour | list | show <slug> | report | copy <helper> | docs` (or `python -m samedevice`).
 
-tour   reproduces every catalogued failure and its fix on the best device present (a real GPU when
-       there is one, else the emulated accelerator) and prints one row per scenario.
-list   the scenarios and the symptom of each broken module on each device kind.
-show   one scenario's lesson: symptom, cause, fix, and the diff between the broken and fixed code.
-docs   rewrite the generated parts of the docs pages from the code (--check: only report).
+tour    reproduces every catalogued failure and its fix on the best device present (a real GPU when
+        there is one, else the emulated accelerator), one row per scenario as each finishes.
+list    the scenarios and the symptom of each broken module on each device kind.
+show    one scenario's lesson: symptom, cause, fix, and the diff between the broken and fixed code.
+report  every scenario on every device, as Markdown or JSON; exit 1 when an observation differs from
+        the registry. `report --compare a.json b.json` shows where two runners disagree.
+copy    writes a copyable helper (optimizer_to, checkpoint) into your project.
+docs    rewrite the generated parts of the docs pages from the code (--check: only report).
+
+Bad input (an unknown scenario, device, format or helper, an unreadable report, a file that exists)
+is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import io
+import json
+import os
 import re
+import shutil
 import sys
-import tempfile
+import textwrap
 from pathlib import Path
+from typing import NoReturn
 
-import torch
+from samedevice import compat, devices, emulator, registry, report
 
-from samedevice import devices, registry
+EXPECTED_ON_CPU = "runs silently (expected on CPU)"
 
 
-def check_broken(scenario: registry.Scenario, device: torch.device, workdir: Path) -> tuple[bool, str]:
-    """Run the broken module; True when it shows the symptom the registry records for the device."""
-    expected = scenario.expected_error(device.type)
+class UsageError(Exception):
+    """Bad input: one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse prints the usage first; one line is enough
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _device_kinds(value: str) -> list[str]:
     try:
-        result = scenario.case().run(device, workdir)
-    except Exception as e:  # the symptom under test is an exception: report whichever one came
-        observed = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        ok = expected is not None and isinstance(e, expected[0]) and re.search(expected[1], str(e)) is not None
-        return ok, observed
-    if scenario.symptom(device.type) == "silent":
-        return not _matches(result, reference(scenario, workdir)), "no error, wrong parameters"
-    return expected is None, "no error"
+        return devices.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def check_fixed(scenario: registry.Scenario, device: torch.device, workdir: Path) -> tuple[bool, str]:
-    """Run the fixed module; True when it matches the CPU reference."""
-    try:
-        result = scenario.fix().run(device, workdir / "fixed")
-    except Exception as e:  # reported in the table, not raised: the tour runs every scenario
-        return False, f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    ok = _matches(result, reference(scenario, workdir / "reference"))
-    return ok, "matches the CPU reference" if ok else "differs from the CPU reference"
+# ---- tour -------------------------------------------------------------------------------------
 
 
-def reference(scenario: registry.Scenario, workdir: Path) -> dict[str, torch.Tensor]:
-    fix = scenario.fix()
-    if hasattr(fix, "reference"):
-        return fix.reference()
-    workdir.mkdir(parents=True, exist_ok=True)
-    return fix.run(torch.device("cpu"), workdir)
+def _keep_end(text: str, room: int) -> str:
+    """`text` in `room` characters, keeping its exception type and the end of its message, where the
+    devices are named (PyTorch's "(when checking argument ...)" tail goes first when it does not fit)."""
+    if len(text) > room:
+        text = re.sub(r"\s*\(when checking argument[^)]*\)$", "", text)
+    if len(text) <= room:
+        return text
+    kind, sep, message = text.partition(": ")
+    prefix = kind + sep if sep and len(kind) + 12 < room else ""
+    tail = (message if prefix else text)[-(room - len(prefix) - 1):]
+    if " " in tail[:15]:  # start at a word
+        tail = tail[tail.index(" ") + 1:]
+    return prefix + "…" + tail
 
 
-def _matches(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> bool:
-    if actual.keys() != expected.keys():
-        return False
-    try:
-        for key in expected:
-            torch.testing.assert_close(actual[key].cpu(), expected[key])
-    except AssertionError:
-        return False
-    return True
+def _broken_text(record: report.Record) -> str:
+    if not record.reproduced:
+        return f"NOT AS RECORDED ({record.expected} expected): {record.observed}"
+    if record.observed != report.RAN:
+        return record.observed
+    if record.expected == "silent":
+        return "runs, but the parameters differ from the CPU reference (as recorded)"
+    return EXPECTED_ON_CPU if record.kind == "cpu" else f"runs (expected on {record.kind})"
 
 
 def tour(device_name: str | None) -> int:
     name = device_name or devices.best()
+    try:
+        reason = devices.unavailable_reason(name)
+    except ValueError as e:  # SAMEDEVICE_DEVICE names no device kind
+        raise UsageError(f"SAMEDEVICE_DEVICE: {e}") from None
+    if reason:
+        raise UsageError(f"tour --device {name}: {reason}")
     device = devices.resolve(name)
-    rows = []
-    failures = 0
+    width = shutil.get_terminal_size((100, 24)).columns
+    slug_width = max(len(s) for s in registry.slugs())
+    fix_width = len("verified")
+    room = max(20, width - slug_width - fix_width - 4)
+    print(textwrap.fill(f"Each broken module and its fix, on {device}, {devices.describe(name)}:", width) + "\n")
+    print(f"{'scenario':{slug_width}}  {'fix':{fix_width}}  broken code", flush=True)
+    failures = skipped = 0
     for scenario in registry.SCENARIOS:
         reason = scenario.unavailable_reason(device)
-        if reason:
-            rows.append((scenario.slug, str(device), scenario.symptom(device.type), "skipped", "skipped", reason))
+        if reason:  # e.g. two devices needed, one present: not run, and said so
+            print(f"{scenario.slug:{slug_width}}  {'skipped':{fix_width}}  {_keep_end(reason, room)}", flush=True)
+            skipped += 1
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "fixed").mkdir()
-            broken_ok, observed = check_broken(scenario, device, Path(tmp))
-            fixed_ok, detail = check_fixed(scenario, device, Path(tmp))
-        failures += (not broken_ok) + (not fixed_ok)
-        note = observed if fixed_ok else f"{observed} / fix: {detail}"
-        rows.append((scenario.slug, str(device), scenario.symptom(device.type),
-                     "yes" if broken_ok else "NO", "yes" if fixed_ok else "NO", note))
-    header = ("scenario", "device", "symptom", "reproduced", "fix verified", "observed")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[5])
-    for r in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + _short(r[5]))
-    print(f"\n{len(rows)} scenarios on {device}: "
-          + ("every symptom reproduced and every fix verified." if not failures else f"{failures} check(s) failed."))
+        record = report.observe(scenario, device)
+        failures += (not record.reproduced) + (not record.fix_verified)
+        fix = "verified" if record.fix_verified else "FAILED"
+        print(f"{scenario.slug:{slug_width}}  {fix:{fix_width}}  {_keep_end(_broken_text(record), room)}", flush=True)
+        if not record.fix_verified:
+            print(" " * (slug_width + 2) + _keep_end(f"fix: {record.fix}", width - slug_width - 2), flush=True)
+    print(f"\n{len(registry.SCENARIOS)} scenarios on {device}: "
+          + ("every symptom reproduced and every fix verified" if not failures else f"{failures} check(s) failed")
+          + (f"; {skipped} skipped (see above)." if skipped else "."))
     return 1 if failures else 0
 
 
-def _short(text: str, width: int = 110) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+# ---- show and list ----------------------------------------------------------------------------
+
+
+def render_markdown(text: str, width: int) -> str:
+    """Markdown for a terminal: through `rich` when it is installed, else plain text wrapped to `width`
+    (emphasis markers dropped, code spans kept in backticks, indented blocks left as they are)."""
+    try:
+        from rich.console import Console
+        from rich.markdown import Markdown
+    except ImportError:
+        paragraphs = []
+        for block in re.split(r"\n\s*\n", text):
+            if block.startswith(("    ", "```")):
+                paragraphs.append(block)
+            else:
+                plain = re.sub(r"\*\*(.+?)\*\*|\*(\S.*?)\*", lambda m: m.group(1) or m.group(2), block)
+                paragraphs.append(textwrap.fill(" ".join(plain.split()), width))
+        return "\n\n".join(paragraphs)
+    out = io.StringIO()
+    Console(file=out, width=width, force_terminal=sys.stdout.isatty()).print(Markdown(text))
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
+
+
+# the two articles the catalog started from, by title (docs/guide/sources.md)
+ARTICLES = {"000 seed": "《PyTorch 训练恢复时解决设备不一致错误》", "002 seed": "《恢复训练重点检查 SGD 动量缓存》",
+            "both seeds": "both source articles"}
+
+
+def source(scenario: registry.Scenario) -> str:
+    """Where the scenario comes from, with the source articles named by title."""
+    text = scenario.source
+    for short, title in ARTICLES.items():
+        text = text.replace(short, title)
+    return text
 
 
 def show(slug: str) -> int:
     scenario = registry.get(slug)
-    print(f"{scenario.slug}: {scenario.title}  (source: {scenario.source})\n")
-    print(scenario.lesson())
+    width = min(100, shutil.get_terminal_size((100, 24)).columns)
+    print(f"{scenario.slug}: {scenario.title}  (source: {source(scenario)})\n")
+    print(render_markdown(scenario.lesson(), width))
     print("\nSymptom of the broken code by device kind: "
           + ", ".join(f"{k}: {v}" for k, v in scenario.symptoms.items()))
     print("\n" + scenario.diff())
@@ -107,44 +159,141 @@ def show(slug: str) -> int:
 
 def list_scenarios() -> int:
     kinds = registry.DEVICE_KINDS
-    width = max(len(s.slug) for s in registry.SCENARIOS)
-    print(f"{'scenario':{width}} " + " ".join(f"{k:11}" for k in kinds) + " what breaks")
+    slug_width = max(len(s) for s in registry.slugs()) + 1
+    print(f"{'scenario':{slug_width}} " + " ".join(f"{k:11}" for k in kinds) + " what breaks")
     for s in registry.SCENARIOS:
-        print(f"{s.slug:{width}} " + " ".join(f"{s.symptom(k):11}" for k in kinds) + f" {s.title}")
+        print(f"{s.slug:{slug_width}} " + " ".join(f"{s.symptom(k):11}" for k in kinds) + f" {s.title}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m samedevice", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+# ---- report -----------------------------------------------------------------------------------
+
+
+def _write(text: str, out: str | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(out).write_text(text)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot be written ({e.strerror or e})") from None
+    print(f"wrote {Path(out).resolve()}", file=sys.stderr)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    if args.compare:
+        try:
+            a, b = (report.load(path) for path in args.compare)
+            text, differ = report.compare(a, b, names=(args.compare[0], args.compare[1]))
+        except report.ReportError as e:
+            raise UsageError(str(e)) from None
+        _write(text, args.out)
+        return 1 if differ else 0
+    for name in args.require:
+        reason = devices.unavailable_reason(name)
+        if reason:
+            raise UsageError(f"--require={name}: {reason}")
+    kinds = sorted(set(args.devices or devices.present()) | set(args.require), key=devices.KNOWN.index)
+    for name in kinds:
+        reason = devices.unavailable_reason(name)
+        if reason:
+            raise UsageError(f"--devices: {name}: {reason}")
+    data = report.run(kinds)
+    _write(json.dumps(data, indent=2) + "\n" if args.format == "json" else report.markdown(data), args.out)
+    return 1 if data["divergences"] else 0
+
+
+# ---- copy -------------------------------------------------------------------------------------
+
+
+def helpers() -> list[str]:
+    """The copyable helpers: the modules in fixes/ that are not a scenario's fix."""
+    scenario_fixes = set(registry.slugs())
+    return sorted(p.stem for p in (registry.ROOT / "fixes").glob("*.py")
+                  if p.stem not in scenario_fixes and p.stem != "__init__")
+
+
+def copy(name: str, dest: str | None, force: bool) -> int:
+    if name not in helpers():
+        raise UsageError(f"copy: unknown helper {name!r}; the helpers are: {', '.join(helpers())}")
+    source = registry.ROOT / "fixes" / f"{name}.py"
+    target = Path(dest) if dest is not None else Path(f"{name}.py")
+    if target.is_dir():
+        target = target / source.name
+    if target.exists() and not force:
+        raise UsageError(f"copy: {target} exists; pass --force to overwrite it")
+    if not target.parent.is_dir():
+        raise UsageError(f"copy: folder {target.parent} does not exist")
+    shutil.copyfile(source, target)
+    public = [node.name for node in ast.parse(source.read_text()).body
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
+    print(f"wrote {target.resolve()}\nuse it with: from {target.stem} import {', '.join(public)}")
+    return 0
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="samedevice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_tour = sub.add_parser("tour", help="reproduce every failure and its fix on the best device here")
     p_tour.add_argument("--device", choices=devices.KNOWN, help="device kind (default: the best present)")
     p_show = sub.add_parser("show", help="print one scenario's lesson")
     p_show.add_argument("slug", help="scenario slug, e.g. sgd_momentum")
     sub.add_parser("list", help="list the scenarios")
+    p_report = sub.add_parser("report", help="every scenario on every device, as Markdown or JSON")
+    p_report.add_argument("--devices", type=_device_kinds, default=[], metavar="KINDS",
+                          help="comma-separated device kinds (default: every one present)")
+    p_report.add_argument("--require", type=_device_kinds, default=[], metavar="KINDS",
+                          help="device kinds that must be present: exit 2 instead of leaving them out")
+    p_report.add_argument("--format", choices=("md", "json"), default="md", help="md (default) or json")
+    p_report.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    p_report.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                          help="show where two JSON reports disagree; exit 1 if they do")
+    p_copy = sub.add_parser("copy", help="write a copyable helper (optimizer_to, checkpoint) into your project")
+    p_copy.add_argument("helper", help="optimizer_to or checkpoint")
+    p_copy.add_argument("dest", nargs="?", help="file or folder (default: ./<helper>.py)")
+    p_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
     p_docs = sub.add_parser("docs", help="rewrite the generated parts of docs/<slug>.md (captured errors, diffs)")
     p_docs.add_argument("--check", action="store_true", help="only list stale pages; exit 1 if any")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
+        args = _parser().parse_args(argv)
         if args.command == "tour":
             return tour(args.device)
         if args.command == "show":
             return show(args.slug)
+        if args.command == "report":
+            return run_report(args)
+        if args.command == "copy":
+            return copy(args.helper, args.dest, args.force)
         if args.command == "docs":
-            from samedevice import docs
-
-            stale = docs.sync(check=args.check)
-            print("stale: " + ", ".join(stale) if stale else "docs are up to date")
-            return 1 if stale and args.check else 0
+            return docs(args.check)
         return list_scenarios()
-    except (KeyError, RuntimeError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+    except (UsageError, compat.UnsupportedTorchError, emulator.EmulatorUnavailableError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"error: {e}; the catalog runs from a checkout of the repository (pip install -e .)",
-              file=sys.stderr)
+    except KeyError as e:  # registry.get: an unknown scenario
+        print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `samedevice tour | head`: the reader has gone, which is not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the interpreter flushes it at exit)
+        return 0
+
+
+def docs(check: bool) -> int:
+    from samedevice import docs as pages
+
+    if not check and registry.ROOT.name == "_catalog":
+        raise UsageError("docs: the pages of an installed package are not rewritten; run it in a checkout, "
+                         "or use --check")
+    stale = pages.sync(check=check)
+    print("stale: " + ", ".join(stale) if stale else "docs are up to date")
+    return 1 if stale and check else 0
 
 
 if __name__ == "__main__":

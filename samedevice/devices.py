@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 
@@ -24,6 +25,27 @@ def unavailable_reason(name: str) -> str | None:
     if backend is None or not backend.is_available():
         return f"{name.upper()} is not available on this host"
     return None
+
+
+def parse(value: str) -> list[str]:
+    """Comma-separated device kinds ("cpu,emulated"), each one known; ValueError naming an unknown one."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    for name in names:
+        if name not in KNOWN:
+            raise ValueError(f"unknown device {name!r}; valid names: {', '.join(KNOWN)}")
+    return names
+
+
+def describe(name: str) -> str:
+    """What the device of kind `name` is, in words: the GPU's model, the CPU's architecture."""
+    if name == "cpu":
+        return f"CPU ({platform.machine() or 'unknown architecture'})"
+    if name == "emulated":
+        return "the emulated accelerator (CPU-backed)"
+    if name == "mps":
+        return "Apple GPU (MPS)"
+    backend = getattr(torch, name)
+    return str(backend.get_device_name(0)) if hasattr(backend, "get_device_name") else name
 
 
 def present() -> list[str]:

@@ -2,14 +2,18 @@
 
 The prose of a page is written by hand. Three parts come from running the code, and
 `python -m samedevice docs` rewrites them (tests/test_docs.py fails while they are stale):
-- the first ```text block under "## Symptom": the broken module's error on the emulated device;
+- the first ```text block under "## Symptom": the broken module's error on the emulated device, and
+  the same error as CUDA words it;
 - the ```diff block under "## The diff": `diff -u cases/<slug>.py fixes/<slug>.py`;
 - for wrong_load_order, the markdown table between `<!-- table -->` and `<!-- /table -->`.
+The site's navigation (mkdocs.yml, in a checkout) lists the scenarios from the registry, between
+`# scenarios` and `# /scenarios`; the same command rewrites it.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -37,6 +41,20 @@ def _captured_error(slug: str) -> str | None:
     return None
 
 
+def cuda_wording(error: str) -> str:
+    """The emulated device's error as CUDA words it: the emulator copies CUDA's checks and messages, and
+    only the device's name and the kernel wrapper's dispatch key differ (`wrapper_CUDA_addmm`)."""
+    return re.sub(r"\bemulated(?=:\d)", "cuda", error).replace("wrapper_EMULATED_", "wrapper_CUDA_")
+
+
+def symptom_block(scenario: registry.Scenario, error: str) -> str:
+    """The ```text block under Symptom: the captured error, and CUDA's wording of it where CUDA raises."""
+    lines = [f"emulated: {error}"]
+    if scenario.expected_error("cuda") is not None:
+        lines.append(f"CUDA:     {cuda_wording(error)}")
+    return "```text\n" + "\n".join(lines) + "\n```"
+
+
 def order_table() -> str:
     from samedevice import orders
 
@@ -49,7 +67,7 @@ def render(scenario: registry.Scenario, text: str) -> str:
     error = captured_error(scenario)
     if error is not None:
         head, sep, rest = text.partition("## Cause")
-        head = re.sub(r"```text\n.*?```", lambda _: f"```text\n{error}\n```", head, count=1, flags=re.S)
+        head = re.sub(r"```text\n.*?```", lambda _: symptom_block(scenario, error), head, count=1, flags=re.S)
         text = head + sep + rest
     text = re.sub(r"```diff\n.*?```", lambda _: f"```diff\n{scenario.diff()}```", text, count=1, flags=re.S)
     if "<!-- table -->" in text:
@@ -58,9 +76,26 @@ def render(scenario: registry.Scenario, text: str) -> str:
     return text
 
 
+SITE = registry.ROOT / "mkdocs.yml"  # only in a checkout: the wheel ships the pages, not the site
+
+
+def nav(text: str) -> str:
+    """mkdocs.yml with its list of scenario pages made from the registry."""
+    entries = "".join(f"      - {json.dumps(f'{s.slug}: ' + s.title.replace('`', ''))}: {s.slug}.md\n"
+                      for s in registry.SCENARIOS)
+    return re.sub(r"(  # scenarios[^\n]*\n  - Scenarios:\n).*?(  # /scenarios)",
+                  lambda m: m.group(1) + entries + m.group(2), text, count=1, flags=re.S)
+
+
 def sync(check: bool = False) -> list[str]:
-    """Rewrite every page's generated parts; with `check`, only list the stale pages."""
+    """Rewrite every page's generated parts and the site's navigation; with `check`, only list the stale ones."""
     stale = []
+    if SITE.exists():
+        text = SITE.read_text()
+        if nav(text) != text:
+            stale.append(SITE.name)
+            if not check:
+                SITE.write_text(nav(text))
     for scenario in registry.SCENARIOS:
         path = page_path(scenario.slug)
         text = path.read_text()

@@ -3,6 +3,10 @@
 A scenario's slug names its broken module `cases/<slug>.py`, its fixed module `fixes/<slug>.py`,
 its page `docs/<slug>.md`, its test ids and its CLI argument. Its `symptoms` say what the broken
 module does on each device kind.
+
+`ROOT` is the folder that holds `cases/`, `fixes/` and `docs/`: the checkout when running from one,
+else the copy installed inside the package (`samedevice/_catalog/`, see pyproject.toml), so the
+catalog works the same after a plain `pip install`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ from types import ModuleType
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def _catalog_root() -> Path:
+    installed = Path(__file__).resolve().parent / "_catalog"
+    if (installed / "cases").is_dir():
+        return installed  # a wheel: pyproject.toml maps cases/, fixes/, docs/ into samedevice/_catalog/
+    return Path(__file__).resolve().parent.parent  # a checkout (or an editable install of one)
+
+
+ROOT = _catalog_root()
 
 # symptom kind -> (exception type, regex its message must match); None: the broken code runs.
 SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
@@ -139,10 +151,10 @@ def get(slug: str) -> Scenario:
 
 def _load(folder: str, name: str) -> ModuleType:
     """cases/<name>.py or fixes/<name>.py, imported as `cases.<name>` / `fixes.<name>` from the
-    checkout (so a fix reads `from fixes.optimizer_to import optimizer_to`, as a user would)."""
+    catalog root (so a fix reads `from fixes.optimizer_to import optimizer_to`, as a user would)."""
     path = ROOT / folder / f"{name}.py"
     if not re.fullmatch(r"[a-z0-9_]+", name) or not path.exists():
-        raise FileNotFoundError(f"{folder}/{name}.py does not exist in this checkout")
+        raise FileNotFoundError(f"{folder}/{name}.py does not exist in the catalog ({ROOT})")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     return importlib.import_module(f"{folder}.{name}")

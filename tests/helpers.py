@@ -14,9 +14,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# the captured error of each scenario's broken run, by slug, for `pytest --explain`
-LESSONS: dict[str, str] = {}
-
 
 def assert_same_params(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], *, exact: bool) -> None:
     """Same keys and values: bit for bit when `exact`, else within torch.testing's float tolerance."""

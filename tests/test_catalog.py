@@ -9,7 +9,8 @@ import torch
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import registry
-from tests.helpers import LESSONS, assert_same_params
+from samedevice.pytest_plugin import record_error
+from tests.helpers import assert_same_params
 
 SCENARIOS = parametrize_cases(*(Case(s.slug, scenario=s) for s in registry.SCENARIOS))
 
@@ -27,7 +28,9 @@ def _reference(scenario: registry.Scenario, workdir: Path) -> dict[str, torch.Te
 
 
 @SCENARIOS
-def test_broken_raises(scenario: registry.Scenario, accelerator: torch.device, tmp_path: Path) -> None:
+def test_broken_raises(
+    scenario: registry.Scenario, accelerator: torch.device, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The broken module shows its recorded symptom on every accelerator."""
     _skip_unavailable(scenario, accelerator)
     symptom = scenario.symptom(accelerator.type)
@@ -36,7 +39,7 @@ def test_broken_raises(scenario: registry.Scenario, accelerator: torch.device, t
         error, pattern = expected
         with pytest.raises(error, match=pattern) as info:
             scenario.case().run(accelerator, tmp_path)
-        LESSONS.setdefault(scenario.slug, f"{info.type.__name__}: {info.value}")
+        record_error(request, scenario.slug, f"{info.type.__name__}: {info.value}")
         return
     result = scenario.case().run(accelerator, tmp_path)
     if symptom == "silent":

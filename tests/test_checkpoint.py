@@ -414,7 +414,8 @@ BAD = parametrize_cases(
     Case("plain_tensor", write=plain_tensor, key=None, detail="holds a Tensor, not a checkpoint"),
     Case("dict_without_model", write=dict_without_model, key="model",
          detail=r"missing: the file holds a dict with keys \['epoch', 'state_dict'\]"),
-    Case("hand_written_torch_save", write=hand_written, key="format_version", detail="is None; this code reads"),
+    Case("hand_written_torch_save", write=hand_written, key="format_version",
+         detail="missing: this is a plain torch.save checkpoint, .*; to read it, pass plain=True to resume"),
     Case("missing_model_key", write=saved_from(_set("fc2", nn.Linear(16, 2, bias=False))), key="model.fc2.bias",
          detail="missing from the checkpoint; the model has it"),
     Case("unexpected_model_key", write=saved_from(lambda m: m.register_buffer("scale", torch.ones(1))),
@@ -551,3 +552,101 @@ def test_pickle_that_runs_code_is_refused(payload: type, container: str, tmp_pat
     with pytest.raises(CheckpointError, match=message(path, None, r".*refuses it .*(?i:unsupported global)")):
         checkpoint.resume(path, model=model)
     assert not marker.exists()
+
+
+# ---- any number of Stateful objects -----------------------------------------------------------
+
+
+def gan_like(lr: float = harness.LR, enabled: bool = True) -> dict[str, Any]:
+    """Two models' worth of state in one: a model, two optimizers, an LR scheduler and a GradScaler."""
+    model = harness.new_model()
+    objects: dict[str, Any] = {
+        "model": model,
+        "optimizer": torch.optim.Adam(model.fc1.parameters(), lr=lr),
+        "optimizer_head": torch.optim.SGD(model.fc2.parameters(), lr=lr, momentum=0.9),
+        "scaler": torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=enabled),
+    }
+    objects["scheduler"] = torch.optim.lr_scheduler.StepLR(objects["optimizer"], step_size=1, gamma=0.5)
+    return objects
+
+
+def train_gan_like(objects: dict[str, Any], steps: int) -> None:
+    for x, y in harness.batches()[:steps]:
+        for name in ("optimizer", "optimizer_head"):
+            objects[name].zero_grad()
+        objects["scaler"].scale(nn.functional.mse_loss(objects["model"](x), y)).backward()
+        objects["scaler"].step(objects["optimizer"])
+        objects["scaler"].step(objects["optimizer_head"])
+        objects["scaler"].update()
+        objects["scheduler"].step()
+
+
+def state_of(objects: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy({name: obj.state_dict() for name, obj in objects.items()})
+
+
+def test_stateful_objects_round_trip(tmp_path: Path) -> None:
+    """Two optimizers, an LR scheduler and a GradScaler are saved by name and restored by name, extras apart."""
+    saved = gan_like()
+    train_gan_like(saved, 3)
+    checkpoint.save_checkpoint(tmp_path / "ckpt.pt", **saved, epoch=3)
+
+    resumed = gan_like(lr=1.0)
+    extra = checkpoint.resume(tmp_path / "ckpt.pt", **resumed)
+    assert extra == {"epoch": 3}
+    assert_same(state_of(resumed), state_of(saved))
+    assert resumed["scheduler"].get_last_lr() == saved["scheduler"].get_last_lr()
+    assert resumed["scaler"].get_scale() == saved["scaler"].get_scale()
+
+
+def test_failing_stateful_object_rolls_back_all(tmp_path: Path) -> None:
+    """When the last object refuses its state (a disabled GradScaler's into an enabled one), the model, both
+    optimizers and the scheduler, already loaded, are put back as they were."""
+    saved = gan_like(enabled=False)
+    train_gan_like(saved, 3)
+    checkpoint.save_checkpoint(tmp_path / "ckpt.pt", **saved)
+
+    resumed = gan_like(lr=1.0)
+    train_gan_like(resumed, 1)
+    before = state_of(resumed)
+    with pytest.raises(CheckpointError, match=message(tmp_path / "ckpt.pt", "stateful.scaler",
+                                                      r"could not be applied \(RuntimeError: The source state dict "
+                                                      r"is empty.*every other object are as they were")):
+        checkpoint.resume(tmp_path / "ckpt.pt", **resumed)
+    assert_same(state_of(resumed), before)
+
+
+def test_stateful_object_missing_from_checkpoint(tmp_path: Path) -> None:
+    """Asking to restore an object the checkpoint does not have names it and changes nothing."""
+    model, optimizer = trained()
+    checkpoint.save_checkpoint(tmp_path / "ckpt.pt", model=model, optimizer=optimizer)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    with pytest.raises(CheckpointError, match=message(tmp_path / "ckpt.pt", "stateful.scheduler",
+                                                      "missing: the checkpoint was saved without it")):
+        checkpoint.resume(tmp_path / "ckpt.pt", model=model, optimizer=optimizer, scheduler=scheduler)
+
+
+def test_resume_refuses_an_object_without_state(tmp_path: Path) -> None:
+    """An extra passed to resume, which cannot be restored into, is a TypeError naming the keyword."""
+    with pytest.raises(TypeError, match=r"resume: epoch= is a int, which has no state_dict and load_state_dict"):
+        checkpoint.resume(tmp_path / "ckpt.pt", model=harness.new_model(), epoch=3)
+
+
+def test_plain_torch_save_checkpoint_resumes_with_plain(device: torch.device, tmp_path: Path) -> None:
+    """A plain torch.save({"model", "optimizer", "scheduler", "epoch"}) file resumes with plain=True on every
+    device: state restored by name, the other keys handed back, and training ends where the CPU run does."""
+    model, optimizer = trained()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "epoch": 3}, tmp_path / "plain.pt")
+
+    resumed = harness.new_model()
+    resumed_optimizer = adam(resumed)
+    resumed_scheduler = torch.optim.lr_scheduler.StepLR(resumed_optimizer, step_size=5)
+    extra = checkpoint.resume(tmp_path / "plain.pt", model=resumed, optimizer=resumed_optimizer,
+                              scheduler=resumed_scheduler, device=device, plain=True)
+    assert extra == {"epoch": 3}
+    assert resumed_scheduler.step_size == 2
+    harness.train(resumed, resumed_optimizer, harness.batches()[harness.STEPS_BEFORE:], device)
+    harness.train(model, optimizer, harness.batches()[harness.STEPS_BEFORE:], CPU)
+    assert_same_params(harness.cpu_state(resumed), harness.cpu_state(model), exact=device.type == "cpu")

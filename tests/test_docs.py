@@ -69,3 +69,11 @@ def test_page_code_blocks_run(scenario: registry.Scenario) -> None:
     for block in blocks:
         namespace: dict[str, object] = {"__name__": f"docs_{scenario.slug}"}
         exec(compile(block, f"docs/{scenario.slug}.md", "exec"), namespace)
+
+
+def test_site_navigation_lists_every_scenario() -> None:
+    """mkdocs.yml lists every scenario page, in registry order, as `samedevice docs` writes it."""
+    text = docs.SITE.read_text()
+    assert docs.nav(text) == text, "mkdocs.yml is stale: run `python -m samedevice docs`"
+    pages = [line.rsplit(": ", 1)[1] for line in text.splitlines() if line.startswith(" " * 6) and line.endswith(".md")]
+    assert pages == [f"{slug}.md" for slug in registry.slugs()]

@@ -332,3 +332,44 @@ def test_tensor_of_device_scalars() -> None:
     losses = [torch.tensor(1.5, device=dev), torch.tensor(2.5, device=dev)]
     assert torch.tensor(losses).tolist() == [1.5, 2.5]
     assert torch.tensor(losses, device=dev).device == dev
+
+
+# ---- recurrent layers: the fused cells CUDA has and CPU lacks -----------------------------------------
+
+
+@parametrize_cases(
+    Case("LSTM", cls=torch.nn.LSTM, shape=(5, 2, 3)),
+    Case("GRU", cls=torch.nn.GRU, shape=(5, 2, 3)),
+    Case("LSTMCell", cls=torch.nn.LSTMCell, shape=(2, 3)),
+    Case("GRUCell", cls=torch.nn.GRUCell, shape=(2, 3)),
+)
+def test_recurrent_layers_match_cpu(cls: type[torch.nn.Module], shape: tuple[int, ...]) -> None:
+    """LSTM, GRU and their cells run on the device (through CUDA's fused cells) with CPU's outputs and
+    gradients."""
+    torch.manual_seed(0)
+    cpu, dev = cls(3, 4), cls(3, 4)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to(emulator.device())
+    x = torch.randn(*shape)
+    outputs = []
+    for model, where in ((cpu, torch.device("cpu")), (dev, emulator.device())):
+        out = model(x.to(where))
+        out = out[0] if isinstance(out, tuple) else out
+        out.pow(2).sum().backward()
+        outputs.append(out.detach().cpu())
+    torch.testing.assert_close(outputs[1], outputs[0])
+    for (name, p_cpu), p_dev in zip(cpu.named_parameters(), dev.parameters()):
+        assert p_dev.grad is not None
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, msg=name)
+
+
+def test_a_live_view_blocks_module_to() -> None:
+    """Departure: moving a module while a view of its weight is alive fails (swap_tensors refuses);
+    CUDA replaces `param.data` and the view keeps the old CPU storage."""
+    model = torch.nn.Linear(2, 2)
+    view = model.weight[:]
+    with pytest.raises(RuntimeError, match=r"Couldn't swap Linear\.weight"):
+        model.to(emulator.device())
+    del view
+    model.to(emulator.device())
+    assert model.weight.device == emulator.device()

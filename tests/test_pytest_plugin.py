@@ -1,19 +1,27 @@
-"""The suite's pytest wiring, run in inner sessions: the device audit in a failing test's report,
-and the device-matrix options."""
+"""The pytest plugin as another project's test run sees it, through inner sessions: the device matrix,
+its options and their errors, the device audit in a failing test's report, and --explain."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from samedevice import registry
+import samedevice
+from samedevice import devices, registry
+
+# how an inner session gets the plugin; an installed package gets it from its pytest11 entry point
+# (tests/test_installed.py proves that one), which has this same name
+PLUGIN = ("-p", "samedevice.pytest_plugin", "-p", "no:cacheprovider")
 
 FAILING_TEST = '''
 import torch
-from samedevice import audit, emulator
+from samedevice import audit
 
 
-def test_forward_with_cpu_batch(request):
-    device = emulator.device()
+def test_forward_with_cpu_batch(device, request):
     model = torch.nn.Linear(2, 2).to(device)
     batch = {"x": torch.ones(1, 2)}
     audit.register(request, device, model=model, batch=batch)
@@ -21,14 +29,23 @@ def test_forward_with_cpu_batch(request):
 '''
 
 
+def _inner(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_inner=source)
+    return pytester.runpytest_inprocess(*PLUGIN, *args)
+
+
 @pytest.mark.emulator
 def test_mismatch_failure_names_the_tensor(pytester: pytest.Pytester) -> None:
-    """A test failing with a device mismatch gets a 'device audit' section naming the CPU tensor."""
-    pytester.makeconftest((registry.ROOT / "conftest.py").read_text())
-    pytester.makepyfile(test_inner=FAILING_TEST)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devices=cpu")
-    result.assert_outcomes(failed=1)
-    result.stdout.re_match_lines([r".*device audit.*", r"\s+batch\['x'\] is on cpu"])
+    """On the emulated device a test failing with a device mismatch gets a 'device audit' section
+    naming the CPU tensor; the same test passes on CPU."""
+    result = _inner(pytester, FAILING_TEST, "--devices=cpu,emulated", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_forward_with_cpu_batch?cpu? PASSED*",
+                                 "*test_forward_with_cpu_batch?emulated? FAILED*"])
+    result.stdout.re_match_lines([r".*Expected all tensors to be on the same device.*",
+                                  r"-+ device audit -+",
+                                  r"1 tensor not on emulated:0:",
+                                  r"\s+batch\['x'\] is on cpu \(shape \(1, 2\)\)"])
 
 
 PASSING_TEST = """
@@ -37,37 +54,94 @@ def test_uses_devices(device):
 """
 
 
-def _inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    pytester.makeconftest((registry.ROOT / "conftest.py").read_text())
-    pytester.makepyfile(test_inner=PASSING_TEST)
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
-
-
-def test_unknown_device_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    """--devices=gpu0 stops the run with a usage error listing the valid names."""
-    result = _inner(pytester, "--devices=gpu0")
+@pytest.mark.parametrize("option", ["--devices", "--require"])
+def test_unknown_device_is_a_usage_error(pytester: pytest.Pytester, option: str) -> None:
+    """An unknown device name stops the run with one line naming the option, the name and the valid names."""
+    result = _inner(pytester, PASSING_TEST, f"{option}=cpu,gpu0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--devices: unknown device 'gpu0'; valid names: cpu, emulated, cuda, mps, xpu*"])
+    result.stderr.fnmatch_lines(
+        [f"*argument {option}: unknown device 'gpu0'; valid names: cpu, emulated, cuda, mps, xpu"]
+    )
+    assert "Traceback" not in result.stderr.str()
 
 
 def test_require_missing_device_fails(pytester: pytest.Pytester) -> None:
     """--require=<absent accelerator> fails the run with one clear line instead of skipping."""
-    from samedevice import devices
-
-    absent = next((name for name in ("cuda", "mps", "xpu") if devices.unavailable_reason(name)), None)
+    absent = next((name for name in devices.ACCELERATORS if devices.unavailable_reason(name)), None)
     if absent is None:
         pytest.skip("every accelerator kind is present on this host")
-    result = _inner(pytester, f"--require={absent}")
+    result = _inner(pytester, PASSING_TEST, f"--require={absent}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--require={absent}: {absent.upper()} is not available on this host*"])
+    result.stderr.fnmatch_lines([f"ERROR: --require={absent}: {absent.upper()} is not available on this host"])
 
 
 @pytest.mark.emulator
 def test_devices_option_selects_the_matrix(pytester: pytest.Pytester) -> None:
     """--devices restricts the device fixture to the named kinds, with the kind as the test id."""
-    result = _inner(pytester, "--devices=emulated", "-v")
+    result = _inner(pytester, PASSING_TEST, "--devices=emulated", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_uses_devices?emulated? PASSED*"])
+
+
+def test_options_are_listed_in_their_group(pytester: pytest.Pytester) -> None:
+    """`pytest --help` lists the plugin's three options under their own heading."""
+    result = _inner(pytester, PASSING_TEST, "--help")
+    result.stdout.fnmatch_lines(["device matrix and device audit (same-device):",
+                                 "*--devices=KINDS*", "*--require=KINDS*", "*--explain*"])
+
+
+OWN_FIXTURE = """
+import pytest
+
+@pytest.fixture
+def device():
+    return "the project's own"
+
+def test_own_device(device):
+    assert device == "the project's own"
+"""
+
+
+def test_project_fixture_named_device_is_left_alone(pytester: pytest.Pytester) -> None:
+    """A project that defines its own `device` fixture keeps it: the plugin does not parametrize it."""
+    result = _inner(pytester, OWN_FIXTURE, "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_own_device PASSED*"])
+
+
+EXPLAINED = """
+import pytest
+from samedevice.pytest_plugin import record_error
+
+@pytest.mark.parametrize("slug", ["sgd_momentum"])
+def test_scenario(slug, request):
+    record_error(request, slug, "RuntimeError: as captured")
+"""
+
+
+def test_explain_prints_the_lesson(pytester: pytest.Pytester) -> None:
+    """--explain prints, for each scenario that ran, its title, captured error, lesson and diff."""
+    scenario = registry.get("sgd_momentum")
+    result = _inner(pytester, EXPLAINED, "--explain")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*= lesson: sgd_momentum =*", scenario.title, "Captured error of the broken run:",
+                                 "    RuntimeError: as captured", "*Symptom*", "--- cases/sgd_momentum.py"])
+
+
+UNTOUCHED = """
+import torch
+
+def test_backend_left_alone(device):
+    assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+"""
+
+
+def test_emulator_not_registered_when_not_selected(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --devices leaving out the emulated accelerator, PyTorch's PrivateUse1 backend is left as it was."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(samedevice.__file__).parent.parent))  # this samedevice, not another
+    pytester.makepyfile(test_inner=UNTOUCHED)
+    result = pytester.runpytest_subprocess(*PLUGIN, "--devices=cpu")
+    result.assert_outcomes(passed=1)
 
 
 TAKEN = """
@@ -84,9 +158,6 @@ sys.exit(pytest.main(["-q", "-rs", "-p", "no:cacheprovider", "tests/test_emulato
 def test_privateuse1_taken_skips_cleanly() -> None:
     """Where another backend owns PrivateUse1, the emulator's tests skip with its one-line reason and
     the CPU tests still run and pass."""
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, "-c", TAKEN], cwd=registry.ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "already taken by 'npu'" in run.stdout

@@ -13,7 +13,8 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
 2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
 3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
-   per op from CUDA's kernel table in native_functions.yaml (kernels.py);
+   per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
+   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
 6. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
@@ -26,7 +27,7 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
 - moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
   Parameters (CUDA keeps them);
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
-  still holds;
+  or a live view still holds;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
 - random numbers on the device come from the CPU generator, and device generators cannot be made;
 - storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
@@ -36,7 +37,7 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
 
 from __future__ import annotations
 
-from samedevice.emulator import registration, serialization, tensor, transfers  # noqa: F401 (registers rules)
+from samedevice.emulator import cuda_only, registration, serialization, tensor, transfers  # noqa: F401 (rules)
 from samedevice.emulator.memory import (
     max_memory_allocated,
     memory_allocated,

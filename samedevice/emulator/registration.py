@@ -201,6 +201,9 @@ def register() -> None:
     reason = unavailable_reason()
     if reason:
         raise EmulatorUnavailableError(reason)
+    from samedevice import compat
+
+    compat.check()  # one line naming a missing private API; one warning on an untested torch
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     from samedevice.emulator import guard

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from samedevice.emulator import tensor as _tensor
 from samedevice.emulator.kernels import Kernels, table
 from samedevice.emulator.registration import NAME
 from samedevice.emulator.tensor import emulated_index, run_on_cpu, same_index, tensors, tree_map, unwrap
@@ -354,3 +355,5 @@ SPECIAL: dict[Any, Any] = {
     aten._fused_adamw_.default: _fused_adam,
     aten._fused_adamw_.tensor_lr: _fused_adam,
 }
+
+_tensor.dispatch = dispatch  # EmulatedTensor.__torch_dispatch__ calls the rules from here on

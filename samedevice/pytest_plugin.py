@@ -1,0 +1,148 @@
+"""same-device's pytest plugin: run your tests on every device, the emulated accelerator included.
+
+Installed with the package (entry point `pytest11`), so any project that installs same-device gets:
+- the `device` fixture, parametrized over cpu, the emulated accelerator and every real accelerator
+  present, and the `accelerator` fixture, the same without cpu; the device kind is the test id
+  (`test_step[emulated]`), so `pytest -k emulated` picks one;
+- `--devices=cpu,cuda` to restrict the matrix, `--require=cuda` to fail, not skip, when a device
+  is missing (a GPU runner that lost its GPU must not pass green);
+- the device audit: a test that registers its objects (`audit.register(request, device, model=...)`)
+  and fails with a device mismatch gets a "device audit" section naming each misplaced tensor;
+- `--explain`: after a run of the catalog's tests, each selected scenario's lesson.
+
+The emulated backend is registered at configure time, before any test runs a backward pass (PyTorch
+sizes its autograd device queues at the first backward of a process), when "emulated" is among the
+selected devices. `--devices` without it leaves PyTorch untouched; `-p no:samedevice.pytest_plugin`
+turns the whole plugin off.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Generator
+
+import pytest
+import torch
+
+from samedevice import audit, compat, devices, emulator, registry
+
+_SELECTED = pytest.StashKey[list[str]]()
+_ERRORS = pytest.StashKey[dict[str, str]]()  # slug -> the broken run's captured error, for --explain
+
+
+def device_list(value: str) -> list[str]:
+    """argparse type of --devices and --require: comma-separated device kinds, each one known."""
+    try:
+        return devices.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("same-device", "device matrix and device audit (same-device)")
+    group.addoption("--devices", type=device_list, default=[], metavar="KINDS",
+                    help=f"comma-separated device kinds to test on ({', '.join(devices.KNOWN)}); "
+                         "default: cpu, emulated and every accelerator present")
+    group.addoption("--require", type=device_list, default=[], metavar="KINDS",
+                    help="comma-separated device kinds that must be present: fail instead of skip")
+    group.addoption("--explain", action="store_true",
+                    help="after the run, print each selected catalog scenario's lesson")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "emulator: needs the emulated accelerator; skipped with its one-line "
+                                       "reason where PrivateUse1 is taken")
+    required: list[str] = config.getoption("require")
+    selected = config.getoption("devices") or devices.present()
+    for name in required:
+        reason = devices.unavailable_reason(name)
+        if reason:
+            raise pytest.UsageError(f"--require={name}: {reason}")
+    selected = sorted(set(selected) | set(required), key=devices.KNOWN.index)
+    if "emulated" in selected and emulator.unavailable_reason() is None:
+        try:
+            emulator.device()  # before any backward pass: see the module docstring
+        except compat.UnsupportedTorchError as e:
+            raise pytest.UsageError(str(e)) from None
+    config.stash[_SELECTED] = selected
+    config.stash[_ERRORS] = {}
+
+
+def _ours(metafunc: pytest.Metafunc, name: str) -> bool:
+    """True when the fixture `name` a test uses is this plugin's, not one the project defines itself."""
+    definitions = getattr(metafunc, "_arg2fixturedefs", {}).get(name)  # the closest definition is last
+    return not definitions or getattr(definitions[-1].func, "__module__", None) == __name__
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # trylast: the device id comes after the scenario id, e.g. test_x[sgd_momentum-emulated]
+    selected = metafunc.config.stash[_SELECTED]
+    if "device" in metafunc.fixturenames and _ours(metafunc, "device"):
+        metafunc.parametrize("device", selected, indirect=True, ids=selected)
+    if "accelerator" in metafunc.fixturenames and _ours(metafunc, "accelerator"):
+        # none selected or present: still list the emulated one, whose fixture skips saying why
+        accelerators = [n for n in selected if n != "cpu"] or ["emulated"]
+        metafunc.parametrize("accelerator", accelerators, indirect=True, ids=accelerators)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = emulator.unavailable_reason()
+    if reason:
+        for item in items:
+            if item.get_closest_marker("emulator"):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _device(request: pytest.FixtureRequest) -> torch.device:
+    reason = devices.unavailable_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    return devices.resolve(request.param)
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Every device kind selected for this run: cpu, emulated, and the accelerators present."""
+    return _device(request)
+
+
+@pytest.fixture
+def accelerator(request: pytest.FixtureRequest) -> torch.device:
+    """Every selected device kind but cpu."""
+    return _device(request)
+
+
+def record_error(request: pytest.FixtureRequest, slug: str, error: str) -> None:
+    """Keep the first error a scenario's broken run raised, for the --explain lesson."""
+    request.config.stash[_ERRORS].setdefault(slug, error)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    if not config.getoption("explain"):
+        return
+    ran = [report.nodeid for key in ("passed", "failed") for report in terminalreporter.stats.get(key, [])]
+    for slug in registry.slugs():
+        if not any(f"[{slug}" in nodeid for nodeid in ran):
+            continue
+        scenario = registry.get(slug)
+        error = config.stash[_ERRORS].get(slug, "(no accelerator run in this session)")
+        terminalreporter.write_sep("=", f"lesson: {slug}")
+        for line in (scenario.title, "", "Captured error of the broken run:", f"    {error}", "",
+                     scenario.lesson(), "", scenario.diff()):
+            terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """When a test fails with a device-mismatch error, add what the device audit finds among the
+    objects the test registered (`audit.register(request, device, model=..., optimizer=...)`):
+    PyTorch's message never names the tensor."""
+    report = yield
+    if call.when == "call":
+        found = audit.take(item)  # always take, so the registered objects are released
+        if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
+            report.sections.append(("device audit", found))
+    return report

@@ -1,0 +1,318 @@
+"""The command line as a person reads it: the tour's rows, the lesson, the report and its comparison,
+`copy`, and one clear line with exit code 2 for every kind of bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_parametrize_cases import Case, parametrize_cases
+
+from samedevice import cli, registry, report
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def two_scenarios(monkeypatch: pytest.MonkeyPatch) -> tuple[registry.Scenario, ...]:
+    """The catalog cut to two scenarios, to keep the commands that run everything quick."""
+    chosen = (registry.get("sgd_momentum"), registry.get("bce_pos_weight"))
+    monkeypatch.setattr(registry, "SCENARIOS", chosen)
+    return chosen
+
+
+# ---- tour -------------------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+def test_tour_rows_fit_the_terminal_and_keep_the_device_pair(
+    two_scenarios: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each tour row fits a 72-column terminal and keeps the end of the error, where the devices are named."""
+    monkeypatch.setenv("COLUMNS", "72")
+    code, out, _ = run(capsys, "tour", "--device", "emulated")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith(("sgd_momentum", "bce_pos_weight"))]
+    assert len(rows) == 2
+    for row in rows:
+        assert len(row) <= 72
+        assert row.endswith("emulated:0 and cpu!")
+        assert "RuntimeError: …" in row
+    assert "2 scenarios on emulated:0: every symptom reproduced and every fix verified." in out
+
+
+@pytest.mark.emulator
+def test_tour_prints_each_row_as_its_scenario_finishes(
+    two_scenarios: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first scenario's row is out before the second scenario starts."""
+    seen_before: dict[str, str] = {}
+    observe = report.observe
+
+    def watching(scenario: registry.Scenario, device: Any) -> report.Record:
+        seen_before[scenario.slug] = capsys.readouterr().out
+        sys.stdout.write(seen_before[scenario.slug])  # put it back for the rest of the test
+        return observe(scenario, device)
+
+    monkeypatch.setattr(report, "observe", watching)
+    assert cli.main(["tour", "--device", "emulated"]) == 0
+    assert "sgd_momentum" not in seen_before["sgd_momentum"]
+    assert re.search(r"^sgd_momentum +verified +RuntimeError", seen_before["bce_pos_weight"], re.M)
+
+
+def test_tour_on_cpu_says_the_bug_runs_silently(two_scenarios: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """On CPU each row says the broken code runs silently, as expected, and its fix is verified."""
+    code, out, _ = run(capsys, "tour", "--device", "cpu")
+    assert code == 0
+    assert re.search(r"^sgd_momentum +verified +runs silently \(expected on CPU\)$", out, re.M)
+    assert re.search(r"^bce_pos_weight +verified +runs silently \(expected on CPU\)$", out, re.M)
+
+
+@pytest.mark.parametrize(("text", "room", "shown"), [
+    ("RuntimeError: short", 40, "RuntimeError: short"),
+    ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
+     50, "RuntimeError: …least two devices, cuda:0 and cpu!"),
+    ("RuntimeError: Expected all tensors to be on the same device, but got index is on cpu, different from other "
+     "tensors on cuda:0 (when checking argument in method wrapper_CUDA__index_select)",
+     80, "RuntimeError: …but got index is on cpu, different from other tensors on cuda:0"),
+], ids=["fits", "device_pair_kept", "checking_tail_dropped"])
+def test_long_errors_keep_their_end(text: str, room: int, shown: str) -> None:
+    """A long error keeps its type and its end, from a word boundary, within the room it has."""
+    assert cli._keep_end(text, room) == shown
+    assert len(shown) <= room
+
+
+# ---- show and list ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_rich", [True, False], ids=["rich", "plain"])
+def test_show_renders_the_lesson_markdown(
+    with_rich: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show` prints the lesson's Markdown as text, with or without rich: no ** markers, lines wrapped."""
+    if with_rich:
+        pytest.importorskip("rich")
+    else:
+        monkeypatch.setitem(sys.modules, "rich.console", None)  # an import of it fails, as without rich
+    monkeypatch.setenv("COLUMNS", "70")
+    code, out, _ = run(capsys, "show", "sgd_momentum")
+    assert code == 0
+    lesson = out.split("Symptom of the broken code")[0]
+    assert "**" not in lesson
+    assert "Symptom (at " in lesson
+    assert max(len(line) for line in lesson.splitlines()[1:]) <= 70
+    assert "--- cases/sgd_momentum.py" in out
+
+
+def test_show_names_the_source_article_by_title(capsys: pytest.CaptureFixture[str]) -> None:
+    """`show` names the article a scenario comes from by its title."""
+    out = run(capsys, "show", "sgd_momentum")[1]
+    assert out.splitlines()[0].endswith("(source: 《恢复训练重点检查 SGD 动量缓存》)")
+
+
+def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """`list` prints one row per scenario in the registry with its symptom per device kind."""
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    rows = out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == registry.slugs()
+    assert rows[0].split()[1:6] == [registry.SCENARIOS[0].symptom(k) for k in registry.DEVICE_KINDS]
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def emulated_report() -> dict[str, Any]:
+    """A JSON report of sgd_momentum and bce_pos_weight on cpu and the emulated device."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(registry, "SCENARIOS", (registry.get("sgd_momentum"), registry.get("bce_pos_weight")))
+        return report.run(["cpu", "emulated"])
+
+
+@pytest.mark.emulator
+def test_report_records_each_scenario_and_device(emulated_report: dict[str, Any]) -> None:
+    """The report has a record per scenario and device, with the whole first line observed, and the versions."""
+    records = {(r["scenario"], r["device"]): r for r in emulated_report["records"]}
+    assert set(records) == {(s, d) for s in ("sgd_momentum", "bce_pos_weight") for d in ("cpu", "emulated:0")}
+    assert records["sgd_momentum", "cpu"]["observed"] == "ran"
+    assert records["sgd_momentum", "emulated:0"]["observed"] == (
+        "RuntimeError: Expected all tensors to be on the same device, "
+        "but found at least two devices, emulated:0 and cpu!"
+    )
+    assert all(r["reproduced"] and r["fix_verified"] and r["agrees"] for r in records.values())
+    assert emulated_report["divergences"] == 0
+    assert set(emulated_report["versions"]) == {"same-device", "torch", "transformers", "python"}
+    assert [d["kind"] for d in emulated_report["devices"]] == ["cpu", "emulated"]
+
+
+@pytest.mark.emulator
+def test_report_command_writes_json_and_markdown(
+    two_scenarios: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`report --format json --out` writes a report that `load` accepts; the Markdown has a row per record."""
+    code, _, err = run(capsys, "report", "--devices", "emulated", "--format", "json", "--out", str(tmp_path / "r.json"))
+    assert code == 0
+    assert err == f"wrote {tmp_path / 'r.json'}\n"
+    assert len(report.load(tmp_path / "r.json")["records"]) == 2
+    code, out, _ = run(capsys, "report", "--devices", "cpu")
+    assert code == 0
+    assert "| sgd_momentum | cpu | none | ran | yes | yes |" in out
+    assert out.endswith("Every observation agrees with the registry.\n")
+
+
+def test_report_exits_1_when_an_observation_differs(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry entry that expects a mismatch on CPU makes the report exit 1 and mark the row."""
+    wrong = registry.Scenario("sgd_momentum", "wrong expectation", "test", {"cpu": "mismatch"})
+    monkeypatch.setattr(registry, "SCENARIOS", (wrong,))
+    code, out, _ = run(capsys, "report", "--devices", "cpu")
+    assert code == 1
+    assert "| sgd_momentum | cpu | mismatch | ran | **no** | yes |" in out
+    assert "1 observation(s) differ from the registry." in out
+
+
+def _save(data: dict[str, Any], path: Path) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.emulator
+def test_compare_agreeing_reports(emulated_report: dict[str, Any], capsys: pytest.CaptureFixture[str],
+                                  tmp_path: Path) -> None:
+    """Two reports that agree compare with exit 0 and say so."""
+    a = _save(emulated_report, tmp_path / "a.json")
+    code, out, _ = run(capsys, "report", "--compare", a, a)
+    assert code == 0
+    assert "The two runners agree on every scenario." in out
+
+
+@pytest.mark.emulator
+def test_compare_shows_where_runners_disagree(emulated_report: dict[str, Any], capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    """A GPU report whose messages differ only in the device name agrees; a differing observation is shown."""
+    gpu = copy.deepcopy(emulated_report)
+    gpu["versions"]["torch"] = "2.14.0+cu130"
+    for record in gpu["records"]:
+        if record["kind"] == "emulated":
+            record.update(kind="cuda", device="cuda:0", observed=record["observed"].replace("emulated:0", "cuda:0"))
+    gpu["records"][-1].update(observed="ran", reproduced=False)  # bce_pos_weight on cuda:0
+    a, b = _save(emulated_report, tmp_path / "emulated.json"), _save(gpu, tmp_path / "gpu.json")
+    code, out, _ = run(capsys, "report", "--compare", a, b)
+    assert code == 1
+    assert f"| torch | {emulated_report['versions']['torch']} | 2.14.0+cu130 |" in out
+    assert "Devices compared: cpu, emulated with cuda." in out
+    rows = [line for line in out.splitlines() if line.startswith("| bce_pos_weight") or line.startswith("| sgd")]
+    assert rows == [
+        "| bce_pos_weight | emulated / cuda | reproduced | True | False |",
+        "| bce_pos_weight | emulated / cuda | observed | RuntimeError: Expected all tensors to be on the same device, "
+        "but found at least two devices, emulated:0 and cpu! | ran |",
+    ]
+
+
+# ---- copy -------------------------------------------------------------------------------------
+
+
+def test_copy_writes_the_helper_and_says_where(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`copy optimizer_to` writes fixes/optimizer_to.py into the current folder and prints its path and import."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "copy", "optimizer_to")
+    assert code == 0
+    assert out == f"wrote {tmp_path / 'optimizer_to.py'}\nuse it with: from optimizer_to import optimizer_to\n"
+    assert (tmp_path / "optimizer_to.py").read_text() == (registry.ROOT / "fixes" / "optimizer_to.py").read_text()
+    (tmp_path / "train").mkdir()
+    code, out, _ = run(capsys, "copy", "checkpoint", "train")
+    assert code == 0
+    assert out.startswith(f"wrote {tmp_path / 'train' / 'checkpoint.py'}\nuse it with: from checkpoint import ")
+    assert "save_checkpoint" in out
+
+
+def test_copy_overwrites_only_with_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """An existing file is left alone and named, unless --force is given."""
+    target = tmp_path / "mine.py"
+    target.write_text("my code\n")
+    code, _, err = run(capsys, "copy", "optimizer_to", str(target))
+    assert (code, err) == (2, f"error: copy: {target} exists; pass --force to overwrite it\n")
+    assert target.read_text() == "my code\n"
+    assert run(capsys, "copy", "optimizer_to", str(target), "--force")[0] == 0
+    assert "def optimizer_to" in target.read_text()
+
+
+@pytest.mark.parametrize("name", cli.helpers())
+def test_copied_helpers_document_their_functions(name: str) -> None:
+    """Every public function of a copyable helper has a docstring, so help() on it says what it does."""
+    module = registry.helper(name)
+    functions = [f for name, f in vars(module).items()
+                 if callable(f) and getattr(f, "__module__", None) == module.__name__ and not name.startswith("_")]
+    assert functions
+    for function in functions:
+        assert function.__doc__, f"{name}.{function.__name__} has no docstring"
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+
+def _report_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    return str(path)
+
+
+def _one_device(tmp: Path, name: str, kind: str) -> str:
+    record = {"scenario": "sgd_momentum", "device": kind, "kind": kind, "expected": "none", "observed": "ran",
+              "reproduced": True, "fix": "matches the CPU reference", "fix_verified": True}
+    return _save({**GOOD, "records": [record]}, tmp / f"{name}.json")
+
+
+GOOD = {"schema": "same-device-report", "schema_version": 1, "versions": {}, "records": []}
+
+BAD_INPUT = parametrize_cases(
+    Case("unknown_slug", argv=lambda tmp: ["show", "sgd"], message="unknown scenario 'sgd'; the catalog has: "),
+    Case("unknown_device", argv=lambda tmp: ["tour", "--device", "gpu"],
+         message="samedevice tour: argument --device: invalid choice: 'gpu'"),
+    Case("unknown_report_device", argv=lambda tmp: ["report", "--devices", "cpu,tpu"],
+         message="samedevice report: argument --devices: unknown device 'tpu'; valid names: cpu, emulated"),
+    Case("unknown_format", argv=lambda tmp: ["report", "--format", "html"],
+         message="samedevice report: argument --format: invalid choice: 'html'"),
+    Case("unknown_helper", argv=lambda tmp: ["copy", "optimiser_to"],
+         message="copy: unknown helper 'optimiser_to'; the helpers are: checkpoint, optimizer_to"),
+    Case("missing_folder", argv=lambda tmp: ["copy", "checkpoint", str(tmp / "no" / "x.py")],
+         message="copy: folder .*no does not exist"),
+    Case("unreadable_report", argv=lambda tmp: ["report", "--compare", str(tmp / "none.json"), str(tmp / "none.json")],
+         message=r"none\.json: cannot be read \(No such file or directory\)"),
+    Case("not_json", argv=lambda tmp: ["report", "--compare", _report_file(tmp, "<html>"), _report_file(tmp, "")],
+         message=r"r\.json: is not JSON \(Expecting value"),
+    Case("not_a_report", argv=lambda tmp: ["report", "--compare", *[_report_file(tmp, '{"records": []}')] * 2],
+         message=r'r\.json: is not a same-device report \(no "schema": "same-device-report"\)'),
+    Case("other_schema_version",
+         argv=lambda tmp: ["report", "--compare", *[_report_file(tmp, json.dumps({**GOOD, "schema_version": 9}))] * 2],
+         message=r"r\.json: schema_version is 9; this same-device reads version 1"),
+    Case("nothing_to_compare", argv=lambda tmp: ["report", "--compare", _one_device(tmp, "a", "cpu"),
+                                                  _one_device(tmp, "b", "mps")],
+         message=r"a\.json \(cpu\) and .*b\.json \(mps\) have no device kind to compare"),
+    Case("record_lacks_fields", argv=lambda tmp: ["report", "--compare", *[_report_file(
+        tmp, json.dumps({**GOOD, "records": [{"scenario": "x"}]}))] * 2],
+         message=r"r\.json: records\[0\] lacks device, expected, fix, fix_verified, kind, observed, reproduced"),
+)
+
+
+@BAD_INPUT
+def test_bad_input_is_one_line_and_exit_2(argv: Any, message: str, capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """Bad input prints one line naming the problem, exits 2, and shows no traceback."""
+    code, out, err = run(capsys, *argv(tmp_path))
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: ")
+    assert re.search(message, err), err
+    assert "Traceback" not in out + err
