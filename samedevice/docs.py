@@ -50,7 +50,9 @@ def cuda_wording(error: str) -> str:
 def symptom_block(scenario: registry.Scenario, error: str) -> str:
     """The ```text block under Symptom: the captured error, and CUDA's wording of it where CUDA raises."""
     lines = [f"emulated: {error}"]
-    if scenario.expected_error("cuda") is not None:
+    # CUDA's caching allocator words an OOM its own way ("CUDA out of memory ... GPU 0 has a total
+    # capacity of ... of which ... is free"), which the emulator's accounting does not copy
+    if scenario.expected_error("cuda") is not None and scenario.symptom("cuda") != "oom":
         lines.append(f"CUDA:     {cuda_wording(error)}")
     return "```text\n" + "\n".join(lines) + "\n```"
 
