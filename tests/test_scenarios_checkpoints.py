@@ -500,15 +500,31 @@ def test_every_symptom_kind_is_recorded() -> None:
     assert used == set(registry.SYMPTOMS)
 
 
-def test_cli_list_and_show_cover_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    """`list` has a row per scenario with its symptoms; `show` prints each one's lesson and diff."""
+def test_show_covers_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """`show` prints each scenario's lesson and diff."""
     from samedevice import cli
 
-    assert cli.main(["list"]) == 0
-    rows = capsys.readouterr().out.splitlines()[1:]
-    assert [row.split()[0] for row in rows] == registry.slugs()
     for scenario in registry.SCENARIOS:
         assert cli.main(["show", scenario.slug]) == 0
         out = capsys.readouterr().out
-        assert scenario.lesson().splitlines()[0] in out
+        assert out.startswith(f"{scenario.slug}: {scenario.title}")
         assert f"--- cases/{scenario.slug}.py" in out
+
+
+@pytest.mark.emulator
+def test_tour_and_report_skip_what_cannot_run(capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scenario that cannot start on a device is listed as skipped with its reason, not run."""
+    from samedevice import cli, report
+
+    scenario = registry.get("ddp_rank_map_location")
+    monkeypatch.setattr(registry, "SCENARIOS", (scenario,))
+    monkeypatch.setattr(scenario.case(), "unavailable_reason", lambda device: "2 ranks need 2 devices; 1 here")
+    data = report.run(["emulated"])
+    assert data["records"] == []
+    assert data["skipped"] == [{"scenario": scenario.slug, "device": "emulated:0",
+                                "reason": "2 ranks need 2 devices; 1 here"}]
+    assert cli.main(["tour", "--device", "emulated"]) == 0
+    out = capsys.readouterr().out
+    assert "ddp_rank_map_location  skipped   2 ranks need 2 devices; 1 here" in out
+    assert "1 skipped" in out
