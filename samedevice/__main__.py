@@ -1,3 +1,4 @@
 from samedevice.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when multiprocessing re-imports the main module for a rank
+    raise SystemExit(main())

@@ -6,14 +6,16 @@ parameters as STEPS_BEFORE steps on CPU, a checkpoint, a resume on the device, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import gc
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from samedevice import devices
+from samedevice import devices, emulator
 
 STEPS_TOTAL = 6
 STEPS_BEFORE = 3
@@ -35,10 +37,35 @@ class TinyNet(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def new_model() -> TinyNet:
+class WideNet(nn.Module):
+    """TinyNet with a 2048x2048 layer in the middle: 16 MiB of float32 weights in one tensor, for the
+    scenarios about device memory (on CUDA a tensor over 10 MiB gets a segment of its own, so the
+    caching allocator's reserve follows the tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 2048)
+        self.mid = nn.Linear(2048, 2048, bias=False)
+        self.fc2 = nn.Linear(2048, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.mid(torch.relu(self.fc1(x)))))
+
+
+class FineTuneNet(WideNet):
+    """WideNet being fine-tuned: the backbone (fc1, mid) frozen, only the head (fc2) trains, so
+    training adds almost nothing to the weights' memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1.requires_grad_(False)
+        self.mid.requires_grad_(False)
+
+
+def new_model(net: type[nn.Module] = TinyNet) -> nn.Module:
     """The same initial weights every time (seeded), built on CPU."""
     torch.manual_seed(0)
-    return TinyNet()
+    return net()
 
 
 def batches() -> list[Batch]:
@@ -63,18 +90,27 @@ def timestep_batches(steps: int) -> list[InputsBatch]:
     return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
 
 
+def noisy(data: list[Batch]) -> list[Batch]:
+    """The batches with noise drawn now from the global CPU generator, as data augmentation does:
+    the numbers a run sees depend on the RNG state it resumes with."""
+    return [(x + 0.1 * torch.randn(x.shape), y) for x, y in data]
+
+
 def train(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     data: Sequence[InputsBatch],
     device: torch.device,
     loss_fn: Loss = F.mse_loss,
+    after_step: Callable[[], None] | None = None,
 ) -> None:
     for x, y in data:
         inputs = tuple(t.to(device) for t in x) if isinstance(x, tuple) else (x.to(device),)
         optimizer.zero_grad()
         loss_fn(model(*inputs), y.to(device)).backward()
         optimizer.step()
+        if after_step is not None:
+            after_step()
 
 
 def sgd(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -86,27 +122,34 @@ def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer) -> Path:
-    """Train STEPS_BEFORE steps on CPU and save model and optimizer state, as a training run would."""
-    model = new_model()
+def write_checkpoint(workdir: Path, make_optimizer: MakeOptimizer, device: torch.device | None = None,
+                     net: type[nn.Module] = TinyNet) -> Path:
+    """Train STEPS_BEFORE steps on `device` (CPU by default) and save model and optimizer state, as a
+    training run would: the file records the device each tensor was on."""
+    device = device or torch.device("cpu")
+    model = new_model(net).to(device)
     optimizer = make_optimizer(model.parameters())
-    train(model, optimizer, batches()[:STEPS_BEFORE], torch.device("cpu"))
+    train(model, optimizer, batches()[:STEPS_BEFORE], device)
     path = Path(workdir) / "checkpoint.pt"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     return path
 
 
-def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, torch.Tensor]:
-    """The steps after the resume, on the device; returns the final parameters on CPU."""
-    train(model, optimizer, batches()[STEPS_BEFORE:], device)
+def finish(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+           data: list[Batch] | None = None) -> dict[str, torch.Tensor]:
+    """The steps after the resume (`data`, by default the rest of `batches()`), on the device;
+    returns the final parameters on CPU."""
+    train(model, optimizer, batches()[STEPS_BEFORE:] if data is None else data, device)
     return cpu_state(model)
 
 
-def reference(make_optimizer: MakeOptimizer) -> dict[str, torch.Tensor]:
-    """STEPS_TOTAL uninterrupted steps on CPU."""
-    model = new_model()
+def reference(
+    make_optimizer: MakeOptimizer, data: Callable[[list[Batch]], list[Batch]] = list, net: type[nn.Module] = TinyNet
+) -> dict[str, torch.Tensor]:
+    """STEPS_TOTAL uninterrupted steps on CPU (on `data(batches())`, e.g. `noisy`)."""
+    model = new_model(net)
     optimizer = make_optimizer(model.parameters())
-    train(model, optimizer, batches(), torch.device("cpu"))
+    train(model, optimizer, data(batches()), torch.device("cpu"))
     return cpu_state(model)
 
 
@@ -152,3 +195,63 @@ def host_with(device: torch.device) -> Callable[[str], bool]:
     """An availability probe for a host whose one accelerator is `device` (none for cpu), so a
     device picker can be run as it would run on that host."""
     return lambda kind: device.type != "cpu" and kind == device.type
+
+
+def host_without(device: torch.device) -> AbstractContextManager[None]:
+    """Play, in this process, a host that lacks `device`'s accelerator: the emulator's absent host
+    for the emulated device. A real accelerator cannot be hidden from its own process: there the
+    block is the host that has it."""
+    return emulator.absent() if device.type == emulator.NAME else nullcontext()
+
+
+# Device memory, for the scenarios about it: the emulator's accounting, or torch.cuda's.
+
+
+def allocated(device: torch.device) -> int | None:
+    """Bytes allocated on the device now; None where it is not measured."""
+    if device.type == "emulated":
+        return emulator.memory_allocated(device)
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return None
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "emulated":
+        emulator.reset_peak_memory_stats(device)
+    elif device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak(device: torch.device) -> int | None:
+    """Bytes: the most allocated on the device since `reset_peak`; None where it is not measured."""
+    if device.type == "emulated":
+        return emulator.max_memory_allocated(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return None
+
+
+@contextmanager
+def memory_budget(device: torch.device, free: int) -> Iterator[None]:
+    """A device with only `free` more bytes for this block: past it, torch.OutOfMemoryError. On the
+    emulated device a capacity; on CUDA the caching allocator's per-process fraction (its reserve
+    counts, so the cache is emptied first); elsewhere no limit."""
+    gc.collect()  # tensors that only a dead traceback's frames still hold are not the run's to count
+    if device.type == "emulated":
+        emulator.set_capacity(device, emulator.memory_allocated(device) + free)
+        try:
+            yield
+        finally:
+            emulator.set_capacity(device, None)
+    elif device.type == "cuda":
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(device) + free) / total, device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
+    else:
+        yield

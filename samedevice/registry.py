@@ -87,6 +87,12 @@ class Scenario:
             )
         )
 
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        """None when the scenario can run on `device` here, else one line saying why not (a case may
+        define `unavailable_reason(device)`, e.g. when it needs two devices)."""
+        check = getattr(self.case(), "unavailable_reason", None)
+        return check(device) if check is not None else None
+
     def lesson(self) -> str:
         """The module docstring: Symptom, Cause, Fix."""
         return (self.case().__doc__ or "").strip()
@@ -130,6 +136,28 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed (best practices)", _accelerators("mismatch")),
     Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
              "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2),
+    # Beyond the articles: checkpoints
+    # deserialize where the host that resumes can be played without the device (the emulator's absent
+    # host); a real accelerator cannot be hidden from its own process, so there the resume runs
+    Scenario("cuda_checkpoint_on_cpu_host", "A checkpoint saved on an accelerator, loaded on a host without one",
+             "002 seed (torch.load keeps the saved device)",
+             _accelerators("deserialize", cuda="none", mps="none", xpu="none")),
+    Scenario("rng_state_map_location", "map_location=device moves the saved RNG state; set_rng_state refuses it",
+             "beyond the articles", _accelerators("rng")),
+    Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",
+             "beyond the articles", _accelerators("mismatch", cpu="silent")),
+    Scenario("orphaned_params", "Optimizer built before assign=True replaces the Parameters: no error, no training",
+             "beyond the articles", _accelerators("silent", cpu="silent")),
+    Scenario("ema_shadow", "EMA weights kept in a plain dict, restored from a CPU checkpoint",
+             "beyond the articles", _accelerators("mismatch")),
+    Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
+             "beyond the articles (trainer rescue loops)", _accelerators("mismatch")),
+    # oom where a budget can be set (the emulator's capacity, CUDA's memory fraction); elsewhere it runs
+    Scenario("resume_oom", "A device checkpoint loaded beside the model: a second copy of the weights",
+             "beyond the articles", _accelerators("oom", mps="none", xpu="none")),
+    # oom where each rank's budget on the other ranks' devices can be set; needs two devices of a kind
+    Scenario("ddp_rank_map_location", "Two DDP ranks resume without map_location: every rank loads onto device 0",
+             "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none")),
 )
 
 

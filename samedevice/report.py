@@ -119,7 +119,11 @@ def versions() -> dict[str, str]:
 def run(kinds: list[str]) -> dict[str, Any]:
     """The whole report, as JSON-ready data: every scenario on every device kind in `kinds`."""
     targets = [(kind, devices.resolve(kind)) for kind in kinds]
-    records = [observe(scenario, dev) for scenario in registry.SCENARIOS for _, dev in targets]
+    pairs = [(scenario, dev) for scenario in registry.SCENARIOS for _, dev in targets]
+    # a scenario that cannot run here (two devices needed, one present) is listed, not recorded
+    skipped = [{"scenario": s.slug, "device": str(dev), "reason": s.unavailable_reason(dev)}
+               for s, dev in pairs if s.unavailable_reason(dev)]
+    records = [observe(s, dev) for s, dev in pairs if not s.unavailable_reason(dev)]
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -129,6 +133,7 @@ def run(kinds: list[str]) -> dict[str, Any]:
         "devices": [{"kind": kind, "device": str(dev), "name": devices.describe(kind)} for kind, dev in targets],
         "records": [{**dataclasses.asdict(r), "agrees": r.agrees} for r in records],
         "divergences": sum(not r.agrees for r in records),
+        "skipped": skipped,
     }
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +36,25 @@ def closure_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: to
         return loss
 
     optimizer.step(closure)
+
+
+class _DeviceScalarReads(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type != "cpu":
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def device_scalar_reads() -> Iterator[_DeviceScalarReads]:
+    """Count the reads of a device tensor's value to the host (`.item()`, `float(t)`): on CUDA each is
+    a sync that waits for the device. `.count` holds the number when the block ends."""
+    with _DeviceScalarReads() as reads:
+        yield reads
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
