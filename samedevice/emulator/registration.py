@@ -3,6 +3,7 @@ PyTorch finds as `torch.emulated` (like `torch.cuda`), the current device, and t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -176,6 +177,33 @@ class _DeviceModule:
         return [torch.float16, torch.bfloat16]
 
 
+# ---- a clean exit ---------------------------------------------------------------------------------
+# The autograd engine runs an emulated device's backward on that device's worker thread, as CUDA's,
+# and the worker drops the last task's input gradients only after it has told the caller the graph is
+# done. A CUDA gradient is a C++ tensor; an emulated one is a Python object, and freeing it takes the
+# GIL. If the caller's script ends right there, the worker may ask for the GIL while the interpreter
+# finalizes, and Python ends such a thread with pthread_exit, through C++ code that must not throw:
+# "terminate called without an active exception". So at exit, before finalizing, the emulator runs one
+# more tiny graph on each device: a worker handles its tasks in order, so once that graph is done it has
+# dropped everything of the previous one; and the tensors of this last graph stay referenced here, so
+# the worker drops none of them last.
+
+_last_graph: list[Any] = []
+
+
+def _drain_autograd_workers() -> None:
+    if is_absent():
+        return
+    for index in range(DEVICE_COUNT if _native_guard else 1):
+        try:
+            leaf = torch.ones((), device=torch.device(NAME, index), requires_grad=True)
+            seed = torch.ones((), device=torch.device(NAME, index))
+            out = leaf * 1.0
+            _last_graph.append((leaf, seed, out, torch.autograd.grad(out, leaf, seed)))
+        except Exception:  # never fail an exit over this
+            return
+
+
 # ---- registration -------------------------------------------------------------------------------
 
 _registered = False
@@ -219,6 +247,7 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
     for hook in _on_register:
         hook()
+    atexit.register(_drain_autograd_workers)
     _registered = True
 
 
