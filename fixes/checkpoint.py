@@ -420,13 +420,16 @@ def _apply(
     device: torch.device | str | None,
 ) -> None:
     """Apply a checked checkpoint; if anything still fails, put everything back and raise."""
-    # The snapshot: model values copied to CPU, the model's Parameter objects and device, each
-    # optimizer's own state and groups (load_state_dict replaces those two, it never writes into them),
-    # and a copy of every other object's state_dict.
-    model_before = _copy_tensors(model.state_dict(), to="cpu")
+    # The snapshot: the model's values, its Parameter objects and device, each optimizer's own state
+    # and groups (load_state_dict replaces those two, it never writes into them), and a copy of every
+    # other object's state_dict. The model's values are copied to CPU only when load_state_dict would
+    # write over them: a model.to that changes every tensor's device type gives each new memory and
+    # leaves the old tensors as they were, so holding those (no copy, no extra host memory) is enough.
     params_before = [(module, name, param) for module in model.modules()
                      for name, param in module.named_parameters(recurse=False)]
     devices_before = {t.device for t in (*model.parameters(), *model.buffers())}
+    moving = device is not None and all(d.type != torch.device(device).type for d in devices_before)
+    model_before = model.state_dict() if moving else _copy_tensors(model.state_dict(), to="cpu")
     optimizers = {key: obj for key, obj in targets.items() if isinstance(obj, torch.optim.Optimizer)}
     optimizers_before = {key: (opt.state, opt.param_groups) for key, opt in optimizers.items()}
     others_before = {key: copy.deepcopy(obj.state_dict()) for key, obj in targets.items() if key not in optimizers}
