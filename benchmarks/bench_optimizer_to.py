@@ -15,8 +15,6 @@ Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/r
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -30,6 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+
+from benchmarks.common import arguments, write  # noqa: E402
 from fixes.optimizer_to import optimizer_to  # noqa: E402
 from samedevice import emulator  # noqa: E402
 
@@ -97,10 +97,7 @@ def measure(total: int, count: int, state_on: torch.device, params_on: torch.dev
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small states, few rounds: checks the script runs")
-    parser.add_argument("--save", action="store_true", help="write the committed result file")
-    args = parser.parse_args()
+    args = arguments(__doc__)
     sizes, counts, rounds = ([1, 8], [10, 1000], 3) if args.quick else ([1, 16, 256], [10, 100, 10_000], 7)
     cpu, dev = torch.device("cpu"), emulator.device()
     result: dict[str, Any] = {"torch": torch.__version__, "cpus": os.cpu_count(), "rounds": rounds}
@@ -110,13 +107,11 @@ def main() -> None:
             for count in counts:
                 row = measure(mib * 2**20, count, state_on, params_on, rounds)
                 rows.append(row)
-                print(f"{label:12} {mib:4} MiB {count:6} tensors: floor {row['floor_ms']:9.3f} ms, " + ", ".join(
-                    f"{n} {row[f'{n}_ratio']:.3f}x" for n in ("helper", "article", "trainer")) + "  (goal helper <= 1.1x)")
+                ratios = ", ".join(f"{n} {row[f'{n}_ratio']:.3f}x" for n in ("helper", "article", "trainer"))
+                print(f"{label:12} {mib:4} MiB {count:6} tensors: floor {row['floor_ms']:9.3f} ms, {ratios}"
+                      "  (goal helper <= 1.1x)")
         result[label] = rows
-    out = ROOT / "benchmarks" / ("results" if args.save else "out") / "optimizer_to.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {out.relative_to(ROOT)}")
+    write("optimizer_to", result, args.save)
 
 
 if __name__ == "__main__":

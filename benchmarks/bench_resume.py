@@ -40,6 +40,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+
+from benchmarks.common import arguments, write  # noqa: E402
 from fixes.checkpoint import resume, save_checkpoint  # noqa: E402
 from samedevice import emulator  # noqa: E402
 
@@ -133,10 +135,8 @@ def make_checkpoint(path: Path, width: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round: checks the script runs")
-    parser.add_argument("--save", action="store_true", help="write the committed result file")
     parser.add_argument("--child", nargs=3, metavar=("PATTERN", "PATH", "WIDTH"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = arguments(__doc__, parser)
     if args.child:
         pattern, path, width = args.child
         print(json.dumps(run_pattern(pattern, Path(path), int(width))))
@@ -167,10 +167,7 @@ def main() -> None:
                 f"{p} device {row[f'{p}.device_ratio']:.3f}x host {row[f'{p}.host_peak_mib']:+.1f} MiB"
                 for p in PATTERNS) + f"  | goal: helper device <= 1.02x, host <= {naive:.1f} MiB")
     result = {"sizes": sizes, "rounds": rounds, "torch": torch.__version__, "cpus": os.cpu_count()}
-    out = ROOT / "benchmarks" / ("results" if args.save else "out") / "resume.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {out.relative_to(ROOT)}")
+    write("resume", result, args.save)
 
 
 if __name__ == "__main__":
