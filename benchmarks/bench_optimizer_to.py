@@ -98,7 +98,7 @@ def measure(total: int, count: int, state_on: torch.device, params_on: torch.dev
 
 def main() -> None:
     args = arguments(__doc__)
-    sizes, counts, rounds = ([1, 8], [10, 1000], 3) if args.quick else ([1, 16, 256], [10, 100, 10_000], 7)
+    sizes, counts, rounds = ([1, 8], [10, 1000], 3) if args.quick else ([1, 16, 256], [10, 100, 10_000], 5)
     cpu, dev = torch.device("cpu"), emulator.device()
     result: dict[str, Any] = {"torch": torch.__version__, "cpus": os.cpu_count(), "rounds": rounds}
     for label, state_on, params_on in (("to_emulated", cpu, dev), ("to_cpu", dev, cpu)):
