@@ -85,6 +85,8 @@ def measure(total: int, count: int, state_on: torch.device, params_on: torch.dev
             elapsed = time.perf_counter() - t0
             if r:
                 times[name].append(elapsed)
+    reset()
+    optimizer_to(optimizer)
     assert all(t.device == params_on for s in optimizer.state.values() for k, t in s.items() if k != "step")
     med = statistics.median
     row: dict[str, Any] = {"mib": total / 2**20, "tensors": count}
