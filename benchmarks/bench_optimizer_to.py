@@ -15,6 +15,7 @@ Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/r
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
@@ -80,9 +81,12 @@ def measure(total: int, count: int, state_on: torch.device, params_on: torch.dev
     for r in range(rounds + 1):  # round 0 warms up and is dropped
         for name in names[r % len(names):] + names[: r % len(names)]:
             reset()
+            gc.collect()
+            gc.disable()  # as timeit does: a collection would land in whichever mover runs then
             t0 = time.perf_counter()
             runs[name]()
             elapsed = time.perf_counter() - t0
+            gc.enable()
             if r:
                 times[name].append(elapsed)
     reset()
