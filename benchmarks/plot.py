@@ -64,6 +64,7 @@ def optimizer_to() -> Path:
         ax.axhline(1.0, color="black", linewidth=0.8, label="floor (plain .to loop)")
         ax.axhline(1.1, color="grey", linestyle="--", label="goal for helper (1.1x)")
         ax.set_xticks(xs, labels, fontsize=7)
+        ax.set_ylim(0.5, 2.0)  # a stalled run on a shared machine stretches a bar far beyond: cut it
         ax.set(xlabel="moment bytes / moment tensors", title=f"state {direction.replace('_', ' ')}")
     axes[0].set_ylabel("time / floor's time")
     axes[0].legend(fontsize=8)
