@@ -100,11 +100,14 @@ def save(fig: Any, name: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the plots here instead of docs/benchmarks/")
-    parser.add_argument("names", nargs="*", choices=list(PLOTTERS), default=list(PLOTTERS))
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"some of {', '.join(PLOTTERS)} (default: all)")
     args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(PLOTTERS))
+    if unknown:
+        parser.error(f"no plot named {', '.join(unknown)}; the plots are {', '.join(PLOTTERS)}")
     if args.out:
         PLOTS[0] = args.out
-    for name in args.names:
+    for name in args.names or PLOTTERS:
         PLOTTERS[name]()
 
 
