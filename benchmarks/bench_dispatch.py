@@ -13,9 +13,8 @@ benchmarks/results/dispatch.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from samedevice import emulator
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's samedevice, and benchmarks.common
+
+from benchmarks.common import arguments, write  # noqa: E402
+from samedevice import emulator  # noqa: E402
 
 
 class Floor(torch.Tensor):
@@ -75,10 +76,7 @@ def tiny_step(device: torch.device) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few repetitions: checks the script runs")
-    parser.add_argument("--save", action="store_true", help="write the committed result file")
-    args = parser.parse_args()
+    args = arguments(__doc__)
     n_ops, n_steps, rounds = (200, 20, 1) if args.quick else (5000, 300, 5)
 
     dev = emulator.device()
@@ -101,14 +99,11 @@ def main() -> None:
         "tiny_step_ratio_spread": [round(min(step_emu) / max(step_cpu), 3), round(max(step_emu) / min(step_cpu), 3)],
         "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
     }
-    out = ROOT / "benchmarks" / ("results" if args.save else "out") / "dispatch.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write("dispatch", result, args.save)
     print(f"small op (add, 16 elements): emulated {result['op_us']} us, floor {result['floor_us']} us, "
           f"ratio {result['op_ratio']}x (target <= 1.5x)")
     print(f"tiny MLP Adam step: emulated {result['tiny_step_emulated_us']} us, cpu {result['tiny_step_cpu_us']} us, "
           f"ratio {result['tiny_step_ratio']}x (target <= 3x)")
-    print(f"written to {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

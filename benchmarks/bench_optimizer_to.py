@@ -1,0 +1,125 @@
+"""fixes/optimizer_to.py's `optimizer_to` against the floor and the loops people write, in one process.
+
+    python benchmarks/bench_optimizer_to.py [--quick] [--save]
+
+An Adam's state (`step`, `exp_avg`, `exp_avg_sq` per parameter) is put on the wrong device and moved
+to its parameters' device, both ways: CPU state to emulated parameters, and emulated state to CPU
+parameters. Four movers, timed interleaved (a different order each round), medians with min/max:
+- floor:   a plain `[t.to(device) for t in moments]` over the same moment tensors, nothing else
+- helper:  optimizer_to(optimizer)
+- article: the 002 article's rescue loop, every tensor to the device, `step` included
+- trainer: the same loop skipping `step` (what training libraries do)
+States from 1 MiB to 256 MiB of moments, in 10 to 10,000 moment tensors. Goal: helper <= 1.1x floor.
+Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/results/optimizer_to.json.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+from benchmarks.common import arguments, write  # noqa: E402
+from fixes.optimizer_to import optimizer_to  # noqa: E402
+from samedevice import emulator  # noqa: E402
+
+
+def setup(total: int, count: int, state_on: torch.device, params_on: torch.device) -> tuple[Any, Callable[[], None]]:
+    """An Adam whose `count` moment tensors (`total` bytes) sit on `state_on`, and a reset that puts
+    the very same tensors back after a mover has replaced them."""
+    numel = max(1, total // (4 * count))
+    params = [torch.zeros(numel, device=params_on, requires_grad=True) for _ in range(count // 2)]
+    optimizer = torch.optim.Adam(params, lr=1e-3)
+    original = {p: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(numel, device=state_on),
+                    "exp_avg_sq": torch.zeros(numel, device=state_on)} for p in params}
+
+    def reset() -> None:
+        for p, state in original.items():
+            optimizer.state[p] = dict(state)
+
+    reset()
+    return optimizer, reset
+
+
+def movers(optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, Callable[[], Any]]:
+    moments = [t for state in optimizer.state.values() for k, t in state.items() if k != "step"]
+
+    def floor() -> Any:
+        return [t.to(device) for t in moments]
+
+    def article() -> None:
+        for p_state in optimizer.state.values():
+            for k, v in p_state.items():
+                if torch.is_tensor(v):
+                    p_state[k] = v.to(device)
+
+    def trainer() -> None:
+        for p_state in optimizer.state.values():
+            for k, v in p_state.items():
+                if k != "step" and torch.is_tensor(v):
+                    p_state[k] = v.to(device)
+
+    return {"floor": floor, "helper": lambda: optimizer_to(optimizer), "article": article, "trainer": trainer}
+
+
+def measure(total: int, count: int, state_on: torch.device, params_on: torch.device, rounds: int) -> dict[str, Any]:
+    optimizer, reset = setup(total, count, state_on, params_on)
+    runs = movers(optimizer, params_on)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds + 1):  # round 0 warms up and is dropped
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            reset()
+            gc.collect()
+            gc.disable()  # as timeit does: a collection would land in whichever mover runs then
+            t0 = time.perf_counter()
+            moved = runs[name]()  # held until the clock stops: freeing the floor's copies is not moving them
+            elapsed = time.perf_counter() - t0
+            del moved
+            gc.enable()
+            if r:
+                times[name].append(elapsed)
+    reset()
+    optimizer_to(optimizer)
+    assert all(t.device == params_on for s in optimizer.state.values() for k, t in s.items() if k != "step")
+    med = statistics.median
+    row: dict[str, Any] = {"mib": total / 2**20, "tensors": count}
+    for name, values in times.items():
+        row[f"{name}_ms"] = round(med(values) * 1e3, 3)
+        row[f"{name}_ratio"] = round(med(values) / med(times["floor"]), 3)
+        row[f"{name}_ratio_spread"] = [round(min(values) / max(times["floor"]), 3),
+                                       round(max(values) / min(times["floor"]), 3)]
+    return row
+
+
+def main() -> None:
+    args = arguments(__doc__)
+    sizes, counts, rounds = ([1, 8], [10, 1000], 3) if args.quick else ([1, 16, 256], [10, 100, 10_000], 5)
+    cpu, dev = torch.device("cpu"), emulator.device()
+    result: dict[str, Any] = {"torch": torch.__version__, "cpus": os.cpu_count(), "rounds": rounds}
+    for label, state_on, params_on in (("to_emulated", cpu, dev), ("to_cpu", dev, cpu)):
+        rows = []
+        for mib in sizes:
+            for count in counts:
+                row = measure(mib * 2**20, count, state_on, params_on, rounds)
+                rows.append(row)
+                ratios = ", ".join(f"{n} {row[f'{n}_ratio']:.3f}x" for n in ("helper", "article", "trainer"))
+                print(f"{label:12} {mib:4} MiB {count:6} tensors: floor {row['floor_ms']:9.3f} ms, {ratios}"
+                      "  (goal helper <= 1.1x)")
+        result[label] = rows
+    write("optimizer_to", result, args.save)
+
+
+if __name__ == "__main__":
+    main()
