@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -202,6 +203,9 @@ def _drain_autograd_workers() -> None:
             _last_graph.append((leaf, seed, out, torch.autograd.grad(out, leaf, seed)))
         except Exception:  # never fail an exit over this
             return
+    # the worker still finishes the loop iteration of this last graph after the caller resumes: give it
+    # the GIL for a moment, while the interpreter is still whole
+    time.sleep(0.02)
 
 
 # ---- registration -------------------------------------------------------------------------------
