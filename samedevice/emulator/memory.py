@@ -7,22 +7,11 @@ from typing import Any
 
 import torch
 
-from samedevice.emulator.registration import DEVICE_COUNT, NAME, current_index
+from samedevice.emulator.registration import DEVICE_COUNT, NAME, index_of
 
 _allocated = [0] * DEVICE_COUNT
 _peak = [0] * DEVICE_COUNT
 _capacity: list[int | None] = [None] * DEVICE_COUNT
-
-
-def _index(dev: torch.device | str | int | None) -> int:
-    if dev is None:
-        return current_index()
-    if isinstance(dev, int):
-        return dev
-    dev = torch.device(dev)
-    if dev.type != NAME:
-        raise ValueError(f"{dev} is not an emulated device")
-    return current_index() if dev.index is None else dev.index
 
 
 class Allocation:
@@ -66,18 +55,18 @@ def _mib(nbytes: int) -> str:
 
 
 def memory_allocated(dev: torch.device | str | int | None = None) -> int:
-    return _allocated[_index(dev)]
+    return _allocated[index_of(dev)]
 
 
 def max_memory_allocated(dev: torch.device | str | int | None = None) -> int:
-    return _peak[_index(dev)]
+    return _peak[index_of(dev)]
 
 
 def reset_peak_memory_stats(dev: torch.device | str | int | None = None) -> None:
-    i = _index(dev)
+    i = index_of(dev)
     _peak[i] = _allocated[i]
 
 
 def set_capacity(dev: torch.device | str | int | None, nbytes: int | None) -> None:
     """Limit the emulated device's memory; None removes the limit."""
-    _capacity[_index(dev)] = nbytes
+    _capacity[index_of(dev)] = nbytes

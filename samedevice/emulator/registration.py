@@ -87,7 +87,10 @@ def set_index(index: int) -> None:
         )
 
 
-def _index_of(dev: Any) -> int:
+def index_of(dev: Any) -> int:
+    """The emulated index `dev` names: an int, "emulated:N", or an index-less "emulated" (the current device)."""
+    if dev is None:
+        return current_index()
     if isinstance(dev, int):
         return dev
     dev = torch.device(dev)
@@ -100,7 +103,7 @@ class _DeviceContext:
     """`with torch.emulated.device(i):` like torch.cuda.device: switch, then restore; -1 or None is a no-op."""
 
     def __init__(self, dev: Any) -> None:
-        self.index = -1 if dev is None else _index_of(dev)
+        self.index = -1 if dev is None else index_of(dev)
         self.previous = -1
 
     def __enter__(self) -> None:
@@ -132,7 +135,7 @@ class _DeviceModule:
 
     @staticmethod
     def set_device(dev: Any) -> None:
-        index = _index_of(dev)
+        index = index_of(dev)
         if index >= 0:
             set_index(index)
 

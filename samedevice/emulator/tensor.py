@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
-from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, current_index
+from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, index_of
 
 aten = torch.ops.aten
 
@@ -18,8 +18,7 @@ aten = torch.ops.aten
 def resolve(dev: Any) -> int:
     """The index an op on `dev` lands on: an index-less "emulated" means the current device, as an
     index-less "cuda" does (c10::cuda::current_device via the device guard)."""
-    dev = torch.device(dev)
-    index = current_index() if dev.index is None else dev.index
+    index = index_of(torch.device(dev))
     check_present(index)
     return index
 
