@@ -12,6 +12,7 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
    device module `torch.emulated`, the current device, and the absent host;
 2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
 3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
+   nested.py: the nested tensors of the transformer fast path, wrapping CPU nested tensors;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
    per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
    CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
@@ -32,12 +33,22 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
 - random numbers on the device come from the CPU generator, and device generators cannot be made;
 - storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
   storages): a clear error; map_location strings, devices and dicts work;
+- nested tensors work as the transformer fast path makes them (`torch._nested_tensor_from_mask`);
+  one built by `torch.nested.nested_tensor(..., device=emulated)` or moved there from CPU is PyTorch's
+  own nested tensor over an emulated buffer, and its first op fails naming the op;
 - sparse tensors are refused.
 """
 
 from __future__ import annotations
 
-from samedevice.emulator import cuda_only, registration, serialization, tensor, transfers  # noqa: F401 (rules)
+from samedevice.emulator import (  # noqa: F401 (rules)
+    cuda_only,
+    nested,
+    registration,
+    serialization,
+    tensor,
+    transfers,
+)
 from samedevice.emulator.memory import (
     max_memory_allocated,
     memory_allocated,

@@ -37,6 +37,8 @@ class EmulatedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, alloc: Allocation | None = None) -> EmulatedTensor:
+        if elem.is_nested:
+            return nested_tensor(elem, index, alloc)  # the transformer fast path's packed batch (nested.py)
         if elem.layout != torch.strided:
             # fail loudly: PyTorch cannot wrap a sparse tensor this way (it would crash the process)
             raise NotImplementedError(
@@ -336,6 +338,11 @@ def _register_kernels() -> None:
 
 
 _libs: list[torch.library.Library] = []
+
+
+def nested_tensor(elem: torch.Tensor, index: int, alloc: Allocation | None) -> EmulatedTensor:
+    """Replaced by nested.EmulatedNestedTensor when nested.py is imported (it subclasses the one above)."""
+    raise RuntimeError("samedevice.emulator.nested is not loaded")
 
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
