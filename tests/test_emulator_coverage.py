@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import warnings
 from collections.abc import Callable
@@ -122,3 +123,144 @@ def test_nested_tensors_come_from_the_fast_path_only() -> None:
             built.to_padded_tensor(0.0)
         with pytest.raises(NotImplementedError, match=r"'aten::_to_copy' .* 'NestedTensoremulated' backend"):
             torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(dev)
+
+
+# ---- storages and addresses --------------------------------------------------------------------
+
+
+def test_addresses_are_distinct_and_views_keep_their_offsets(accelerator: torch.device) -> None:
+    """Device tensors have distinct non-zero addresses; a view's address is its base's plus its offset,
+    and views share their base's storage."""
+    a, b = torch.arange(12.0, device=accelerator).reshape(3, 4), torch.zeros(5, device=accelerator)
+    assert 0 not in (a.data_ptr(), b.data_ptr())
+    assert a.data_ptr() != b.data_ptr()
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+    for view in (a[1], a[1:, 2], a.T, a.view(-1)[-1], a.flatten()):
+        assert view.data_ptr() - a.data_ptr() == view.storage_offset() * a.element_size()
+        assert view.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+        assert view.untyped_storage().nbytes() == 48
+    assert a.untyped_storage().device == accelerator
+    assert a.clone().data_ptr() != a.data_ptr()
+
+
+def _shared_groups(state: dict[str, torch.Tensor]) -> list[set[str]]:
+    """safetensors' shared-tensor detection (_find_shared_tensors): names grouped by (storage address,
+    storage size), kept where their byte ranges overlap."""
+    by_storage: dict[tuple[torch.device, int, int], set[str]] = {}
+    for name, t in state.items():
+        key = (t.device, t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        by_storage.setdefault(key, set()).add(name)
+    groups = []
+    for names in by_storage.values():
+        spans = sorted((state[n].data_ptr(), state[n].data_ptr() + state[n].nbytes, n) for n in names)
+        groups.append({spans[0][2]})
+        last_stop = spans[0][1]
+        for start, stop, name in spans[1:]:
+            if start >= last_stop:
+                groups.append({name})
+            else:
+                groups[-1].add(name)
+            last_stop = max(last_stop, stop)
+    return groups
+
+
+class TiedLM(nn.Module):
+    """An embedding and an output head sharing one weight, as language models tie them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.mix = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.mix(self.embed(ids))))
+
+
+def _train_tied(where: torch.device) -> TiedLM:
+    torch.manual_seed(0)
+    model = TiedLM().to(where)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]).to(where)
+    for _ in range(3):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.roll(1, 1).flatten()).backward()
+        optimizer.step()
+    return model
+
+
+def test_tied_weights_train_and_the_tie_is_visible(accelerator: torch.device) -> None:
+    """A model with tied weights trains on the device as on CPU, and a shared-tensor check by storage
+    address (safetensors' rule) sees the tie, and only it."""
+    expected, got = _train_tied(torch.device("cpu")), _train_tied(accelerator)
+    assert got.head.weight is got.embed.weight
+    for (name, p_cpu), p_dev in zip(expected.named_parameters(), got.parameters()):
+        assert p_dev.device == accelerator
+        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), msg=name)
+    state = got.state_dict()
+    shared = [g for g in _shared_groups(state) if len(g) > 1]
+    assert shared == [{"embed.weight", "head.weight"}]
+    assert _shared_groups(state) == _shared_groups(expected.state_dict())
+    from safetensors.torch import _find_shared_tensors
+
+    assert [g for g in _find_shared_tensors(state) if len(g) > 1] == shared
+
+
+def test_set_shares_a_device_storage() -> None:
+    """`t.set_(storage, offset, size)` with another device tensor's storage shares its memory, as on CUDA."""
+    dev = emulator.device()
+    a = torch.arange(6.0, device=dev)
+    b = torch.empty(0, device=dev).set_(a.untyped_storage(), 2, (3,), (1,))
+    assert b.data_ptr() == a.data_ptr() + 2 * a.element_size()
+    assert b.is_set_to(a[2:5])
+    b.mul_(10)
+    assert a.cpu().tolist() == [0.0, 1.0, 20.0, 30.0, 40.0, 5.0]
+    whole = torch.empty(0, device=dev).set_(a.untyped_storage())
+    assert whole.cpu().tolist() == a.cpu().tolist()
+    with pytest.raises(RuntimeError, match="storage has no memory behind it"):
+        torch.empty(0, device=dev).set_(torch.Tensor.untyped_storage(a))  # the wrapper's own, empty storage
+
+
+def test_device_storages_copy_index_and_save() -> None:
+    """A device storage copies to CPU, reads an element, and saves and loads as an emulated storage."""
+    dev = emulator.device(1)
+    a = torch.arange(4, dtype=torch.uint8, device=dev)
+    storage = a.untyped_storage()
+    assert storage.cpu().tolist() == [0, 1, 2, 3]
+    assert storage.cpu().device.type == "cpu"
+    assert storage[2] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "TypedStorage is deprecated"
+        assert a.storage().tolist() == [0, 1, 2, 3]
+    buf = io.BytesIO()
+    torch.save(storage, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)
+    assert loaded.device == dev
+    assert loaded.cpu().tolist() == [0, 1, 2, 3]
+    assert loaded.data_ptr() != storage.data_ptr()
+
+
+def test_a_storage_taken_before_a_resize_reads_safely() -> None:
+    """A storage taken before its tensor grew answers with the new memory or a clear error, never stale
+    memory."""
+    dev = emulator.device()
+    a = torch.arange(4.0, device=dev)
+    before = a.untyped_storage()
+    a.resize_(1000)
+    assert a.untyped_storage().nbytes() == 4000
+    assert a.untyped_storage().data_ptr() == a.data_ptr()
+    with pytest.raises(RuntimeError, match="must match"):
+        before.cpu()
+
+
+def test_cpp_alias_checks_see_separate_storages() -> None:
+    """Departure: PyTorch's C++ alias check (torch._C._is_alias_of) reads the wrapper's own storage, so
+    it sees a view and its base as unrelated; `untyped_storage()`, `data_ptr()` and `is_set_to` see the
+    sharing, as on CUDA."""
+    a = torch.arange(4.0, device=emulator.device())
+    assert not torch._C._is_alias_of(a, a[1:])
+    cpu = torch.arange(4.0)
+    assert torch._C._is_alias_of(cpu, cpu[1:])
+    assert a[1:].untyped_storage().data_ptr() == a.untyped_storage().data_ptr()

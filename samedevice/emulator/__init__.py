@@ -13,6 +13,7 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
 2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
 3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
    nested.py: the nested tensors of the transformer fast path, wrapping CPU nested tensors;
+   storage.py: storages and addresses, one device storage over each CPU storage's memory;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
    per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
    CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
@@ -31,8 +32,11 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
   or a live view still holds;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
 - random numbers on the device come from the CPU generator, and device generators cannot be made;
-- storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
-  storages): a clear error; map_location strings, devices and dicts work;
+- storages cannot be allocated on the device (`UntypedStorage(n, device=...)`, `storage.to(emulated)`,
+  a map_location callable that moves storages): a clear error; a device tensor's own storage works
+  (`untyped_storage()`, `data_ptr()`, `set_`, `.cpu()`, `torch.save`), and map_location strings,
+  devices and dicts work;
+- PyTorch's C++ alias check (`torch._C._is_alias_of`) sees a view and its base as unrelated;
 - nested tensors work as the transformer fast path makes them (`torch._nested_tensor_from_mask`);
   one built by `torch.nested.nested_tensor(..., device=emulated)` or moved there from CPU is PyTorch's
   own nested tensor over an emulated buffer, and its first op fails naming the op;

@@ -11,6 +11,7 @@ import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, index_of
+from samedevice.emulator.storage import device_storage
 
 aten = torch.ops.aten
 
@@ -105,6 +106,13 @@ class EmulatedTensor(torch.Tensor):
 
         return reduce(self)
 
+    # storages and addresses (storage.py): the device storage over elem's memory, and its address
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return device_storage(self.elem.untyped_storage(), self.device_index)
+
+    def data_ptr(self) -> int:
+        return self.elem.data_ptr()
+
     def tolist(self) -> Any:
         # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
         return self.elem.tolist()
@@ -133,7 +141,7 @@ def set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
     """Give the wrapper elem's sizes, strides and offset, in place (the Meta kernel of set_ touches
     metadata only), and make elem its data."""
     aten.set_.source_Storage_storage_offset.redispatch(
-        _META, wrapper, wrapper.untyped_storage(), elem.storage_offset(), elem.size(), elem.stride()
+        _META, wrapper, torch.Tensor.untyped_storage(wrapper), elem.storage_offset(), elem.size(), elem.stride()
     )
     wrapper.elem = elem
 
