@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
@@ -264,3 +265,61 @@ def test_cpp_alias_checks_see_separate_storages() -> None:
     cpu = torch.arange(4.0)
     assert torch._C._is_alias_of(cpu, cpu[1:])
     assert a[1:].untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+
+
+# ---- smaller ones: gradcheck's zero tensors, ctc_loss's gradients, DLPack ---------------------------
+
+
+# forward AD loads PyTorch's jvp decompositions through torch.jit.script, which warns on any device
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_gradcheck_with_forward_ad_runs_on_the_device(accelerator: torch.device) -> None:
+    """gradcheck and gradgradcheck pass on the device with forward AD (which makes efficient zero tensors)."""
+    x = torch.randn(3, dtype=torch.float64, device=accelerator, requires_grad=True)
+    y = torch.randn(3, dtype=torch.float64, device=accelerator, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: (a.sin() * b, a.sum()), (x, y), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(torch.sin, (x,))
+
+
+def test_efficient_zero_tensors_are_plain_zeros_on_the_device() -> None:
+    """Departure: torch._efficientzerotensor on the device gives ordinary zeros, which take memory and
+    accept writes (CUDA's hold no memory and refuse writes: "ZeroTensors are immutable")."""
+    zeros = torch._efficientzerotensor((2, 3), device=emulator.device())
+    assert not zeros._is_zerotensor()
+    assert zeros.add_(1).cpu().tolist() == [[1.0] * 3] * 2
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        torch._efficientzerotensor((2, 3)).add_(1)
+
+
+def test_ctc_loss_gradients_match_cpu_with_cpu_lengths(accelerator: torch.device) -> None:
+    """F.ctc_loss on the device with CPU length tensors gives CPU's loss and gradients, under autograd and
+    under inference_mode."""
+    torch.manual_seed(0)
+    log_probs, targets = torch.randn(6, 3, 5).log_softmax(2), torch.tensor([[1, 2, 3], [4, 4, 0], [2, 0, 0]])
+    lengths = (torch.tensor([6, 5, 4]), torch.tensor([3, 2, 1]))
+    results = []
+    for where in (torch.device("cpu"), accelerator):
+        x = log_probs.clone().to(where).requires_grad_()
+        loss = F.ctc_loss(x, targets.to(where), *lengths)
+        loss.backward()
+        with torch.inference_mode():
+            again = F.ctc_loss(log_probs.to(where), targets.to(where), *lengths)
+        results.append((loss.detach().cpu(), x.grad.cpu(), again.cpu()))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(RuntimeError, match="input_lengths must be integral"):
+        F.ctc_loss(log_probs.to(accelerator), targets.to(accelerator), lengths[0].float(), lengths[1])
+
+
+def test_dlpack_is_refused_naming_the_limit() -> None:
+    """Departure: DLPack cannot carry an emulated tensor (PyTorch exchanges a PrivateUse1 device only
+    under the name 'privateuse1'); both entry points say so and point to .cpu(). A capsule made by
+    PyTorch's own exporter, bypassing the emulator, gives a tensor that refuses to be read, never a crash."""
+    a = torch.arange(3.0, device=emulator.device())
+    with pytest.raises(ValueError, match=r"Unknown device type emulated for Dlpack: .* copy it with \.cpu\(\) first"):
+        torch.from_dlpack(a)
+    with pytest.raises(BufferError, match="cannot be shared through DLPack"):
+        a.__dlpack__()
+    assert torch.from_dlpack(a.cpu()).tolist() == [0.0, 1.0, 2.0]
+    bypass = torch.utils.dlpack.from_dlpack(torch.Tensor.__dlpack__(a))
+    with pytest.raises(RuntimeError, match=r"made outside the emulator .* no memory behind it"):
+        bypass.cpu()

@@ -16,7 +16,8 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
    storage.py: storages and addresses, one device storage over each CPU storage's memory;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
    per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
-   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
+   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where the
+   emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check);
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
 6. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
@@ -40,6 +41,9 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
 - nested tensors work as the transformer fast path makes them (`torch._nested_tensor_from_mask`);
   one built by `torch.nested.nested_tensor(..., device=emulated)` or moved there from CPU is PyTorch's
   own nested tensor over an emulated buffer, and its first op fails naming the op;
+- `torch._efficientzerotensor` on the device gives ordinary zeros (memory, writes allowed);
+- DLPack (`torch.from_dlpack`, `__dlpack__`) refuses device tensors, naming the limit: PyTorch
+  exchanges a PrivateUse1 device only under the name "privateuse1";
 - sparse tensors are refused.
 """
 
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 from samedevice.emulator import (  # noqa: F401 (rules)
     cuda_only,
+    cuda_paths,
     nested,
     registration,
     serialization,
@@ -74,7 +79,7 @@ from samedevice.emulator.registration import (
 )
 from samedevice.emulator.tensor import EmulatedTensor
 
-registration._on_register.extend([tensor._register_kernels, serialization.register])
+registration._on_register.extend([tensor._register_kernels, cuda_paths.register, serialization.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

@@ -47,3 +47,30 @@ def host(storage: Any) -> Any:
         raise RuntimeError(f"emulated accelerator: this {storage.device} storage has no memory behind it "
                            "(storages cannot be allocated on emulated devices)")
     return cpu
+
+
+def host_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The CPU tensor over a tensor's memory: an emulated tensor's data, a plain tensor PyTorch's C++
+    made over a device storage (`storage.cpu()` copies through one), or a CPU tensor itself."""
+    elem = getattr(t, "elem", None)
+    if elem is not None:
+        return elem
+    if t.device.type != NAME:
+        return t
+    cpu = getattr(t.untyped_storage(), _HOST, None)
+    if cpu is None:
+        raise RuntimeError(f"emulated accelerator: this {t.device} tensor was made outside the emulator (by "
+                           "PyTorch's C++ code, e.g. from a DLPack capsule) and has no memory behind it")
+    return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.size(), t.stride())
+
+
+def dlpack_error(t: torch.Tensor) -> str:
+    # Tensor.__dlpack_device__ (torch/_tensor.py) maps a PrivateUse1 device to kDLExtDev only under the
+    # name "privateuse1", so every renamed backend gets "Unknown device type"; and a capsule of a wrapper
+    # would carry the wrapper's own storage, which has no memory behind it.
+    return (
+        f"Unknown device type {t.device.type} for Dlpack: an {NAME} tensor cannot be shared through DLPack "
+        "(PyTorch exchanges a PrivateUse1 tensor only under the name 'privateuse1', and the emulated "
+        "device's memory is host memory that no DLPack consumer could address as the device's); copy it "
+        "with .cpu() first"
+    )

@@ -11,7 +11,7 @@ import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, index_of
-from samedevice.emulator.storage import device_storage
+from samedevice.emulator.storage import device_storage, dlpack_error, host_tensor
 
 aten = torch.ops.aten
 
@@ -112,6 +112,12 @@ class EmulatedTensor(torch.Tensor):
 
     def data_ptr(self) -> int:
         return self.elem.data_ptr()
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise BufferError(dlpack_error(self))
+
+    def __dlpack_device__(self) -> Any:
+        raise ValueError(dlpack_error(self))
 
     def tolist(self) -> Any:
         # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
@@ -309,7 +315,7 @@ def cpu_factory(packet: Any, *args: Any, **kwargs: Any) -> EmulatedTensor:
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     # `.to(device)` of a CPU tensor: CPU's _to_copy allocates on the device, then copies here
-    unwrap(dst).copy_(unwrap(src))
+    host_tensor(dst).copy_(host_tensor(src))  # a plain tensor over a device storage too (storage.py)
     if isinstance(dst, EmulatedTensor):
         dst.is_copy = True
     return dst
@@ -318,7 +324,7 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
 def local_scalar_dense(t: torch.Tensor) -> Any:
     # torch.tensor([x, y]) of 0-dim device tensors reads each with Python dispatch off
     # (internal_new_from_data), so `.item()` needs a PrivateUse1 kernel, as _copy_from does
-    return unwrap(t).item()
+    return host_tensor(t).item()
 
 
 def _register_kernels() -> None:
