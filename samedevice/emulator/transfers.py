@@ -40,7 +40,7 @@ def _set_storage(func: Any, args: Any, kwargs: Any) -> Any:
     # torch.load's _rebuild_tensor: torch.empty((0,), device=emulated:N).set_(storage, offset, size, stride)
     # set_ works in place and its caller keeps `self`, so the wrapper itself takes the new geometry.
     self, storage, *rest = args
-    # a device storage (`t.set_(other.untyped_storage())`, `storage.to(emulated)`) shares its CPU memory
+    # a device storage (`t.set_(other.untyped_storage())`, a loaded checkpoint's) shares its CPU memory
     elem = torch.empty(0, dtype=self.dtype).set_(host(storage), *rest, **kwargs)
     self._alloc = allocation_of(elem, self.device.index or 0)
     set_geometry(self, elem)
