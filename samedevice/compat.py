@@ -26,6 +26,7 @@ PRIVATE_APIS = (
     ("torch._C", "_get_privateuse1_backend_name"),  # is PrivateUse1 free?
     ("torch.serialization", "_validate_device"),  # PyTorch's own check before deserializing onto a device
     ("torch._C", "_dispatch_has_kernel_for_dispatch_key"),  # which composite kernel an op has
+    ("torch._C", "_construct_storage_from_data_pointer"),  # a device storage over host memory (storage.py)
 )
 NATIVE_FUNCTIONS = Path("packaged", "ATen", "native", "native_functions.yaml")  # inside torchgen
 

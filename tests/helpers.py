@@ -57,6 +57,23 @@ def device_scalar_reads() -> Iterator[_DeviceScalarReads]:
         yield reads
 
 
+class _OpLog(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.names.append(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def dispatched_ops() -> Iterator[_OpLog]:
+    """Record the name of every op dispatched in the block (`aten::to_padded_tensor`) in `.names`."""
+    with _OpLog() as log:
+        yield log
+
+
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `python -c code` in a fresh process from the checkout, with extra environment variables."""
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

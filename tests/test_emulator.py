@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import inspect
 import io
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,28 @@ Op = Callable[[torch.device, Callable[[], torch.device]], object]
 
 def ones(dev: torch.device, *shape: int) -> torch.Tensor:
     return torch.ones(*shape or (3,), device=dev)
+
+
+def fast_path(module: torch.nn.Module, *inputs: torch.Tensor, **masks: torch.Tensor) -> object:
+    """Run an eval-mode transformer layer under no_grad: the fused fast path (CPU weights here)."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "The PyTorch API of nested tensors is in prototype stage"
+        return module.eval()(*inputs, **masks)
+
+
+def encoder_layer() -> torch.nn.TransformerEncoderLayer:
+    return torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+
+
+def padding(dev: torch.device) -> torch.Tensor:
+    return torch.tensor([[False] * 3, [False, False, True]], device=dev)
+
+
+def ctc(dev: torch.device, lengths_on: torch.device | None = None, targets_on: torch.device | None = None) -> object:
+    """F.ctc_loss on `dev` with its length and target tensors where the row puts them."""
+    log_probs = torch.arange(40.0).reshape(5, 2, 4).div(40).log_softmax(2).to(dev)
+    lengths = [torch.tensor(n).to(lengths_on or dev) for n in ([5, 4], [2, 1])]
+    return F.ctc_loss(log_probs, torch.tensor([[1, 2], [1, 1]]).to(targets_on or dev), *lengths)
 
 
 # One row per device rule: the op, where its inputs live, and what CUDA does with it.
@@ -66,6 +89,18 @@ RULE_CASES = [
     Case("add_two_accelerators", op=lambda d, s: ones(d) + ones(s()), raises=f"{SAME}, but found at least two devices, {{d}} and {{s}}!"),
     Case("copy_between_accelerators", op=lambda d, s: ones(d).copy_(ones(s())), raises=None),
     Case("foreach_add_cpu_member", op=lambda d, s: torch._foreach_add_([ones(d), ones(d)], [ones(d), torch.ones(3)]), raises=SAME),
+    # the transformer fast path: every tensor argument on a supported device type (CPU included) passes
+    # the module's check; the fused kernel's codegen check then refuses (NestedTensorCUDA for a packed batch)
+    Case("encoder_layer_fast_path_cpu_weights", op=lambda d, s: fast_path(encoder_layer(), ones(d, 2, 3, 8)), raises=f"{SAME}, but got qkv_weight is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}___transformer_encoder_layer_fwd)"),
+    Case("encoder_nested_fast_path_cpu_weights", op=lambda d, s: fast_path(torch.nn.TransformerEncoder(encoder_layer(), 2), ones(d, 2, 3, 8), src_key_padding_mask=padding(d)), raises=f"{SAME}, but got qkv_weight is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_NestedTensor{{K}}___transformer_encoder_layer_fwd)"),
+    Case("multihead_attention_fast_path_cpu_weights", op=lambda d, s: fast_path(torch.nn.MultiheadAttention(8, 2, batch_first=True), *[ones(d, 2, 3, 8)] * 3, key_padding_mask=padding(d)), raises=f"{SAME}, but got qkv_weight is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}___native_multi_head_attention)"),
+    # ctc_loss reads its length tensors on the host wherever they are, and moves CPU targets to the device
+    # (LossCTC.cpp: ctc_loss's fast path, `.to(kCPU, kLong)`; ctc_loss_impl, `targets.to(log_probs.device())`)
+    Case("ctc_loss_cpu_lengths", op=lambda d, s: ctc(d, lengths_on=torch.device("cpu")), raises=None),
+    Case("ctc_loss_cpu_targets", op=lambda d, s: ctc(d, targets_on=torch.device("cpu")), raises=None),
+    # CUDA's kernel checks the index dtype under its own name (cuda/EmbeddingBag.cu: _embedding_bag_cuda)
+    Case("embedding_bag_float_indices", op=lambda d, s: F.embedding_bag(torch.tensor([0.0, 1.0], device=d), ones(d, 3, 2), torch.tensor([0], device=d)), raises="Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got torch.{t}.FloatTensor instead (while checking arguments for embedding_bag_cuda)"),
+    Case("efficient_zero_tensor", op=lambda d, s: torch._efficientzerotensor((2, 3), device=d) + 1, raises=None),
     Case("item_of_reduction", op=lambda d, s: ones(d).sum().item(), raises=None),
 ]
 RULES = parametrize_cases(*RULE_CASES)

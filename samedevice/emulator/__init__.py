@@ -12,9 +12,12 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
    device module `torch.emulated`, the current device, and the absent host;
 2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
 3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
+   nested.py: the nested tensors of the transformer fast path, wrapping CPU nested tensors;
+   storage.py: storages and addresses, one device storage over each CPU storage's memory;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
    per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
-   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
+   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where the
+   emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check);
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
 6. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
@@ -30,14 +33,31 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
   or a live view still holds;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
 - random numbers on the device come from the CPU generator, and device generators cannot be made;
-- storages cannot be made on the device (`storage.to(emulated)`, a map_location callable that moves
-  storages): a clear error; map_location strings, devices and dicts work;
+- storages cannot be allocated on the device (`UntypedStorage(n, device=...)`, `storage.to(emulated)`,
+  a map_location callable that moves storages): a clear error; a device tensor's own storage works
+  (`untyped_storage()`, `data_ptr()`, `set_`, `.cpu()`, `torch.save`), and map_location strings,
+  devices and dicts work;
+- PyTorch's C++ alias check (`torch._C._is_alias_of`) sees a view and its base as unrelated;
+- nested tensors work as the transformer fast path makes them (`torch._nested_tensor_from_mask`);
+  one built by `torch.nested.nested_tensor(..., device=emulated)` or moved there from CPU is PyTorch's
+  own nested tensor over an emulated buffer, and its first op fails naming the op;
+- `torch._efficientzerotensor` on the device gives ordinary zeros (memory, writes allowed);
+- DLPack (`torch.from_dlpack`, `__dlpack__`) refuses device tensors, naming the limit: PyTorch
+  exchanges a PrivateUse1 device only under the name "privateuse1";
 - sparse tensors are refused.
 """
 
 from __future__ import annotations
 
-from samedevice.emulator import cuda_only, registration, serialization, tensor, transfers  # noqa: F401 (rules)
+from samedevice.emulator import (  # noqa: F401 (rules)
+    cuda_only,
+    cuda_paths,
+    nested,
+    registration,
+    serialization,
+    tensor,
+    transfers,
+)
 from samedevice.emulator.memory import (
     max_memory_allocated,
     memory_allocated,
@@ -59,7 +79,7 @@ from samedevice.emulator.registration import (
 )
 from samedevice.emulator.tensor import EmulatedTensor
 
-registration._on_register.extend([tensor._register_kernels, serialization.register])
+registration._on_register.extend([tensor._register_kernels, cuda_paths.register, serialization.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

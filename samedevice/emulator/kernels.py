@@ -10,7 +10,9 @@ CUDA BackendIndex). For each op overload it records:
   checks devices;
 - `no_check`: `device_check: NoCheck`, the kernel checks devices itself (TensorIterator & co.);
 - `structured`: names the codegen wrapper in the error message (wrapper_CUDA_<op> vs
-  wrapper_CUDA_<overload>_<op>).
+  wrapper_CUDA_<overload>_<op>);
+- `nested_cuda`: CUDA has a kernel for nested tensors (a `NestedTensorCUDA` dispatch entry), which
+  the emulator's nested tensors (nested.py) need.
 
 Parsing takes a second or two, so the table is cached as JSON beside the device guard, per
 PyTorch version.
@@ -35,6 +37,7 @@ class Kernels(NamedTuple):
     composite: bool
     no_check: bool
     structured: bool
+    nested_cuda: bool
 
 
 def yaml_path() -> Path:
@@ -51,6 +54,7 @@ def parse() -> dict[str, Kernels]:
     path = yaml_path()
     parsed = parse_native_yaml(str(path), str(path.with_name("tags.yaml")))
     cuda = parsed.backend_indices[DispatchKey.CUDA]
+    nested_cuda = parsed.backend_indices[DispatchKey.NestedTensorCUDA]
     composites = [parsed.backend_indices[k] for k in (DispatchKey.CompositeExplicitAutograd,
                                                       DispatchKey.CompositeExplicitAutogradNonFunctional)]
     by_name = {str(f.func.name): f for f in parsed.native_functions}
@@ -65,6 +69,7 @@ def parse() -> dict[str, Kernels]:
                                    or f.has_composite_implicit_autograd_kernel),
             no_check=f.device_check == DeviceCheckType.NoCheck,
             structured=f.structured or f.structured_delegate is not None,
+            nested_cuda=nested_cuda.has_kernel(f),
         )
     return table
 
@@ -72,7 +77,7 @@ def parse() -> dict[str, Kernels]:
 @functools.cache
 def table() -> dict[str, Kernels]:
     stat = yaml_path().stat()
-    cached = cache_dir() / f"kernels-{torch.__version__.replace('+', '_')}-{stat.st_size}.json"
+    cached = cache_dir() / f"kernels-{len(Kernels._fields)}-{torch.__version__.replace('+', '_')}-{stat.st_size}.json"
     try:
         return {k: Kernels(*v) for k, v in json.loads(cached.read_text()).items()}
     except (OSError, ValueError, TypeError):

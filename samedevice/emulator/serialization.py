@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from samedevice.emulator.registration import NAME
+from samedevice.emulator.storage import device_storage
 
 _LOCATION_ATTR = "_samedevice_location"
 
@@ -26,15 +27,10 @@ def reduce(t: Any) -> Any:
 
 
 def _location_tag(storage: Any) -> str | None:
-    return getattr(storage, _LOCATION_ATTR, None)
-
-
-class _RestoredStorage(torch.UntypedStorage):
-    """A CPU storage that torch.load is about to rebuild as an emulated tensor."""
-
-    @property
-    def device(self) -> torch.device:  # type: ignore[override]
-        return torch.device(getattr(self, _LOCATION_ATTR))
+    found = getattr(storage, _LOCATION_ATTR, None)
+    if found is None and storage.device.type == NAME:  # a device storage itself (storage.py)
+        found = str(storage.device)
+    return found
 
 
 def _restore_location(storage: Any, location: str) -> Any:
@@ -45,9 +41,7 @@ def _restore_location(storage: Any, location: str) -> Any:
     # but torch.emulated.is_available() is False ...", past the device count "... device 7 but
     # torch.emulated.device_count() is 2 ..." (torch/serialization.py, _validate_device)
     index = torch.serialization._validate_device(location, NAME).index or 0
-    storage.__class__ = _RestoredStorage
-    setattr(storage, _LOCATION_ATTR, f"{NAME}:{index}")
-    return storage
+    return device_storage(storage, index)  # the loaded memory, as a storage on the device
 
 
 def register() -> None:

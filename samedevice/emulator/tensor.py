@@ -11,6 +11,7 @@ import torch
 
 from samedevice.emulator.memory import Allocation, allocation_of
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, index_of
+from samedevice.emulator.storage import device_storage, dlpack_error, host_tensor
 
 aten = torch.ops.aten
 
@@ -37,6 +38,8 @@ class EmulatedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, alloc: Allocation | None = None) -> EmulatedTensor:
+        if elem.is_nested:
+            return nested_tensor(elem, index, alloc)  # the transformer fast path's packed batch (nested.py)
         if elem.layout != torch.strided:
             # fail loudly: PyTorch cannot wrap a sparse tensor this way (it would crash the process)
             raise NotImplementedError(
@@ -103,6 +106,19 @@ class EmulatedTensor(torch.Tensor):
 
         return reduce(self)
 
+    # storages and addresses (storage.py): the device storage over elem's memory, and its address
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return device_storage(self.elem.untyped_storage(), self.device_index)
+
+    def data_ptr(self) -> int:
+        return self.elem.data_ptr()
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise BufferError(dlpack_error(self))
+
+    def __dlpack_device__(self) -> Any:
+        raise ValueError(dlpack_error(self))
+
     def tolist(self) -> Any:
         # PyTorch refuses tolist() on tensor subclasses; on CUDA it copies to the host and converts
         return self.elem.tolist()
@@ -131,7 +147,7 @@ def set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
     """Give the wrapper elem's sizes, strides and offset, in place (the Meta kernel of set_ touches
     metadata only), and make elem its data."""
     aten.set_.source_Storage_storage_offset.redispatch(
-        _META, wrapper, wrapper.untyped_storage(), elem.storage_offset(), elem.size(), elem.stride()
+        _META, wrapper, torch.Tensor.untyped_storage(wrapper), elem.storage_offset(), elem.size(), elem.stride()
     )
     wrapper.elem = elem
 
@@ -299,7 +315,7 @@ def cpu_factory(packet: Any, *args: Any, **kwargs: Any) -> EmulatedTensor:
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     # `.to(device)` of a CPU tensor: CPU's _to_copy allocates on the device, then copies here
-    unwrap(dst).copy_(unwrap(src))
+    host_tensor(dst).copy_(host_tensor(src))  # a plain tensor over a device storage too (storage.py)
     if isinstance(dst, EmulatedTensor):
         dst.is_copy = True
     return dst
@@ -308,7 +324,7 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
 def local_scalar_dense(t: torch.Tensor) -> Any:
     # torch.tensor([x, y]) of 0-dim device tensors reads each with Python dispatch off
     # (internal_new_from_data), so `.item()` needs a PrivateUse1 kernel, as _copy_from does
-    return unwrap(t).item()
+    return host_tensor(t).item()
 
 
 def _register_kernels() -> None:
@@ -336,6 +352,11 @@ def _register_kernels() -> None:
 
 
 _libs: list[torch.library.Library] = []
+
+
+def nested_tensor(elem: torch.Tensor, index: int, alloc: Allocation | None) -> EmulatedTensor:
+    """Replaced by nested.EmulatedNestedTensor when nested.py is imported (it subclasses the one above)."""
+    raise RuntimeError("samedevice.emulator.nested is not loaded")
 
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:

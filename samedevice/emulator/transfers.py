@@ -10,6 +10,7 @@ import torch
 from samedevice.emulator.memory import allocation_of
 from samedevice.emulator.registration import NAME
 from samedevice.emulator.rules import SPECIAL
+from samedevice.emulator.storage import host
 from samedevice.emulator.tensor import EmulatedTensor, resolve, set_geometry, unwrap
 
 aten = torch.ops.aten
@@ -39,7 +40,8 @@ def _set_storage(func: Any, args: Any, kwargs: Any) -> Any:
     # torch.load's _rebuild_tensor: torch.empty((0,), device=emulated:N).set_(storage, offset, size, stride)
     # set_ works in place and its caller keeps `self`, so the wrapper itself takes the new geometry.
     self, storage, *rest = args
-    elem = torch.empty(0, dtype=self.dtype).set_(storage, *rest, **kwargs)
+    # a device storage (`t.set_(other.untyped_storage())`, a loaded checkpoint's) shares its CPU memory
+    elem = torch.empty(0, dtype=self.dtype).set_(host(storage), *rest, **kwargs)
     self._alloc = allocation_of(elem, self.device.index or 0)
     set_geometry(self, elem)
     return self
@@ -49,4 +51,5 @@ SPECIAL.update({
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten.set_.source_Storage_storage_offset: _set_storage,
+    aten.set_.source_Storage: _set_storage,
 })
