@@ -7,7 +7,6 @@ import atexit
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -182,15 +181,18 @@ class _DeviceModule:
 
 
 # ---- a clean exit ---------------------------------------------------------------------------------
-# The autograd engine runs an emulated device's backward on that device's worker thread, as CUDA's,
-# and the worker drops the last task's input gradients only after it has told the caller the graph is
-# done. A CUDA gradient is a C++ tensor; an emulated one is a Python object, and freeing it takes the
-# GIL. If the caller's script ends right there, the worker may ask for the GIL while the interpreter
-# finalizes, and Python ends such a thread with pthread_exit, through C++ code that must not throw:
-# "terminate called without an active exception". So at exit, before finalizing, the emulator runs one
-# more tiny graph on each device: a worker handles its tasks in order, so once that graph is done it has
-# dropped everything of the previous one; and the tensors of this last graph stay referenced here, so
-# the worker drops none of them last.
+# PyTorch starts the autograd worker threads at the process's first backward, one per device its device
+# guards report (engine.cpp, Engine::start_device_threads): two here, as on a two-GPU host. Each new
+# thread takes the GIL once, to make its Python thread state (python_engine.cpp, PythonEngine::thread_init),
+# and the engine waits only until the threads exist, not until they have the GIL. A thread with no work
+# yet (emulated:1's, in a script that only uses emulated:0), or one the OS has not run yet (a busy
+# machine), may first ask for the GIL after the interpreter has begun to finalize; CPython then ends it
+# with pthread_exit, which unwinds through PyTorch's thread routine and aborts ("terminate called without
+# an active exception"), or, when it does not, leaves the engine waiting 10 s at exit for a thread that
+# is gone. So at exit, before finalizing, the emulator hands each device's worker one tiny graph and waits
+# for it: a worker runs it only after it has its thread state, and then sleeps in C++ without Python.
+# The graph's tensors stay referenced here, so the worker never frees a Python object of it.
+# tests/test_emulator_host.py reproduces the race on demand, by delaying the workers' start.
 
 _last_graph: list[Any] = []
 
@@ -206,9 +208,6 @@ def _drain_autograd_workers() -> None:
             _last_graph.append((leaf, seed, out, torch.autograd.grad(out, leaf, seed)))
         except Exception:  # never fail an exit over this
             return
-    # the worker still finishes the loop iteration of this last graph after the caller resumes: give it
-    # the GIL for a moment, while the interpreter is still whole
-    time.sleep(0.02)
 
 
 # ---- registration -------------------------------------------------------------------------------

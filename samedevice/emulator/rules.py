@@ -19,7 +19,7 @@ import torch
 from samedevice.emulator import tensor as _tensor
 from samedevice.emulator.kernels import Kernels, table
 from samedevice.emulator.registration import NAME
-from samedevice.emulator.tensor import emulated_index, run_on_cpu, same_index, tensors, tree_map, unwrap
+from samedevice.emulator.tensor import EmulatedTensor, emulated_index, run_on_cpu, same_index, tensors, tree_map, unwrap
 
 _COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeExplicitAutograd,
                    torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional,
@@ -43,8 +43,7 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
         _check_generator(plan.generator, args, kwargs)
     rule = plan.rule
     if rule == "direct":
-        index = next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
-        return run_on_cpu(func, args, kwargs, index)
+        return run_on_cpu(func, args, kwargs, _first_index(args, kwargs))
     if rule == "special":
         return SPECIAL[func](func, args, kwargs)
     if rule == "composite":
@@ -58,6 +57,17 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
         )
     index = check_devices(func, plan, args, kwargs)
     return run_on_cpu(func, args, kwargs, index)
+
+
+def _first_index(args: Any, kwargs: Any) -> int | None:
+    """The emulated index of an op's first tensor argument (None for CPU): its only tensor, for the
+    one-tensor ops the "direct" rule runs."""
+    for a in args:
+        if type(a) is EmulatedTensor:
+            return a.device_index  # the hot path: a plain int, no torch.device built
+        if isinstance(a, torch.Tensor) or type(a) in (list, tuple):
+            break
+    return next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
 
 
 def _check_generator(at: tuple[str, int], args: Any, kwargs: Any) -> None:

@@ -225,7 +225,7 @@ def _unwrap_arg(a: Any) -> Any:
 def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
     flat = None if kwargs else _unwrap_flat(args)
     if flat is not None and not _is_mutable(func):
-        out = func(*flat)
+        out = func._op(*flat)  # OpOverload.__call__ without its Python frame
         if type(out) is torch.Tensor:
             return out if index is None else EmulatedTensor(out, index)
         return wrap_outputs(out, {}, index)
