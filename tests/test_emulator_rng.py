@@ -264,3 +264,18 @@ def test_the_numbers_are_cpu_numbers(dev: torch.device) -> None:
     torch.manual_seed(7)
     assert torch.equal(torch.randn(3, device=dev).cpu(), torch.randn(3))
     assert torch.emulated.get_rng_state().numel() == torch.get_rng_state().numel() == 5056
+
+
+def test_the_plan_marks_only_random_ops() -> None:
+    """Each op's cached plan says once whether and how it draws: by its generator argument, by the
+    default generator (nondeterministic_seeded), or not at all (the hot path)."""
+    from samedevice.emulator import rng, rules
+
+    aten = torch.ops.aten
+    emulator.device()
+    assert rules._plan(aten.normal_.default).random == ("generator", 3)
+    assert rules._plan(aten.multinomial.default).random == ("generator", 3)
+    assert rules._plan(aten.native_dropout.default).random is rng.SEEDED
+    assert rules._plan(aten.rand_like.default).random is rng.SEEDED
+    for op in (aten.add.Tensor, aten.mm.default, aten.sum.default, aten._softmax.default, aten.clone.default):
+        assert rules._plan(op).random is None, op
