@@ -620,14 +620,6 @@ def test_storages_cannot_move_to_the_device() -> None:
                    weights_only=True)
 
 
-def test_random_numbers_come_from_the_cpu_generator() -> None:
-    """Departure: emulated random draws use (and advance) the CPU generator; CUDA has its own per device."""
-    torch.manual_seed(7)
-    on_device = torch.randn(3, device=emulator.device()).cpu()
-    torch.manual_seed(7)
-    assert torch.equal(on_device, torch.randn(3))
-
-
 def test_torch_accelerator_prefers_the_emulator() -> None:
     """Departure: once registered, torch.accelerator reports the emulated device even on a CUDA host
     (PyTorch prefers a registered PrivateUse1 backend, aten/src/ATen/DeviceAccelerator.cpp)."""

@@ -363,7 +363,8 @@ def test_fork_rng_restores_the_device_draws() -> None:
 
 def test_device_generators_cannot_be_made() -> None:
     """Departure: torch.Generator(device="emulated") fails (PyTorch asks the PrivateUse1 hooks for a
-    generator, which Python hooks cannot provide); draws on the device use the CPU generator."""
+    generator, which Python hooks cannot provide); draws on the device use the device's own default
+    generator (tests/test_emulator_rng.py)."""
     with pytest.raises(NotImplementedError, match="getNewGenerator"):
         torch.Generator(device=emulator.device())
 

@@ -116,6 +116,17 @@ def test_rng_state_map_location_device_generator(accelerator: torch.device, tmp_
         module.set_rng_state(moved)  # get_rng_state initialised the device: no lazy deferral
 
 
+def test_rng_state_map_location_device_draws_need_the_device_state(accelerator: torch.device) -> None:
+    """A device draw has its device's own generator: the CPU state does not repeat it, the device's does."""
+    module = torch.get_device_module(accelerator)
+    cpu_state, device_state = torch.get_rng_state(), module.get_rng_state()
+    first = torch.rand(64, device=accelerator).cpu()
+    torch.set_rng_state(cpu_state)
+    assert not torch.equal(torch.rand(64, device=accelerator).cpu(), first)
+    module.set_rng_state(device_state)
+    assert torch.equal(torch.rand(64, device=accelerator).cpu(), first)
+
+
 # ---- assign_true_load ----------------------------------------------------------------------------
 
 

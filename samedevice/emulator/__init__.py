@@ -19,10 +19,11 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
    CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where the
    emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check);
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
-6. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
+6. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
+7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
 
-Known departures from CUDA (each pinned by a test in tests/test_emulator.py, listed in the README):
+Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, listed in the README):
 - register (`device()`) before the process's first backward: PyTorch sizes its autograd device
   queues then;
 - without a C++ compiler the emulator falls back to PyTorch's Python device guard (it says so in one
@@ -32,7 +33,8 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator.py, lis
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
   or a live view still holds;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
-- random numbers on the device come from the CPU generator, and device generators cannot be made;
+- random numbers on the device are CPU's numbers (each device's default generator is a CPU generator),
+  in a stream of each device's own as on CUDA (rng.py); device generators cannot be made;
 - storages cannot be allocated on the device (`UntypedStorage(n, device=...)`, `storage.to(emulated)`,
   a map_location callable that moves storages): a clear error; a device tensor's own storage works
   (`untyped_storage()`, `data_ptr()`, `set_`, `.cpu()`, `torch.save`), and map_location strings,
@@ -54,6 +56,7 @@ from samedevice.emulator import (  # noqa: F401 (rules)
     cuda_paths,
     nested,
     registration,
+    rng,
     serialization,
     tensor,
     transfers,
@@ -79,7 +82,7 @@ from samedevice.emulator.registration import (
 )
 from samedevice.emulator.tensor import EmulatedTensor
 
-registration._on_register.extend([tensor._register_kernels, cuda_paths.register, serialization.register])
+registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

@@ -148,32 +148,7 @@ class _DeviceModule:
     def _is_in_bad_fork() -> bool:
         return False
 
-    # Random numbers on the device come from the CPU generator (numerics are CPU's; a departure), so
-    # the device's RNG state is that generator's: torch.random.fork_rng(device_type="emulated") and
-    # code that saves torch.cuda-style RNG state work, and restore the same draws.
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        pass  # torch.manual_seed seeds the CPU generator, and calls this
-
-    @staticmethod
-    def manual_seed(seed: int) -> None:
-        torch.default_generator.manual_seed(seed)
-
-    @staticmethod
-    def seed() -> None:
-        torch.default_generator.seed()
-
-    @staticmethod
-    def initial_seed() -> int:
-        return torch.default_generator.initial_seed()
-
-    @staticmethod
-    def get_rng_state(device: Any = NAME) -> torch.Tensor:
-        return torch.get_rng_state()
-
-    @staticmethod
-    def set_rng_state(new_state: torch.Tensor, device: Any = NAME) -> None:
-        torch.set_rng_state(new_state)
+    # manual_seed, get_rng_state & co. are rng.py's (each device's own generator), set on this class there
 
     @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from samedevice.emulator import rng
 from samedevice.emulator import tensor as _tensor
 from samedevice.emulator.kernels import Kernels, table
 from samedevice.emulator.registration import NAME
@@ -31,16 +32,20 @@ class Plan(NamedTuple):
     outputs: tuple[tuple[str, int], ...]  # (name, position) of written arguments: in-place self, out=
     inputs: tuple[tuple[str, int], ...]  # (name, position) of positional arguments
     structured: bool
-    generator: tuple[str, int] | None = None  # (name, position) of a `Generator? generator` argument
+    # a random op whose CPU kernel runs here: its `Generator? generator` argument's (name, position),
+    # or rng.SEEDED for one that draws from the default generator; None for every other op
+    random: tuple[str, int] | None = None
 
 
 _PLANS: dict[int, Plan] = {}  # by id(func): OpOverloads live as long as the process, and hash slowly
 
 
-def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
-    plan = _PLANS.get(id(func)) or _plan(func)
-    if plan.generator is not None:
-        _check_generator(plan.generator, args, kwargs)
+def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any:
+    plan = plan or _PLANS.get(id(func)) or _plan(func)
+    if plan.random is not None:  # it draws from its device's generator, not the CPU's (rng.py)
+        plain = plan._replace(random=None)
+        return rng.draw(plan.random, _random_index(args, kwargs), args, kwargs,
+                        lambda a, k: dispatch(func, a, k, plain))
     rule = plan.rule
     if rule == "direct":
         return run_on_cpu(func, args, kwargs, _first_index(args, kwargs))
@@ -70,13 +75,13 @@ def _first_index(args: Any, kwargs: Any) -> int | None:
     return next((emulated_index(t.device) for t in tensors((args, kwargs))), None)
 
 
-def _check_generator(at: tuple[str, int], args: Any, kwargs: Any) -> None:
-    # check_generator<CUDAGeneratorImpl> (aten/src/ATen/core/DistributionsHelper.h & co.): a random op on
-    # the device takes a generator of the device's type only; a CPU generator is refused.
-    name, i = at
-    gen = args[i] if i < len(args) else kwargs.get(name)
-    if gen is not None and gen.device.type != NAME:
-        raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{gen.device.type}'")
+def _random_index(args: Any, kwargs: Any) -> int:
+    """The device a random op draws on: its `device=` (rand_like(x, device=...)), else its first
+    emulated tensor's (CUDA's kernel runs under that device's guard, and takes the current device's
+    default generator: getDefaultCUDAGenerator)."""
+    if kwargs.get("device") is not None and torch.device(kwargs["device"]).type == NAME:
+        return _tensor.resolve(kwargs["device"])
+    return next(t.device_index for t in tensors((args, kwargs)) if isinstance(t, EmulatedTensor))
 
 
 def _composite_key(func: Any) -> Any:
@@ -102,6 +107,10 @@ def _plan(func: Any) -> Plan:
             n_tensors += 2 if kind.startswith("List[") else 1
     found = table().get(yaml_name(func)) if func.namespace == "aten" else None
     rule = _rule(func, found, n_tensors)
+    if generator is None and torch.Tag.nondeterministic_seeded in func.tags:
+        generator = rng.SEEDED
+    if rule in ("composite", "missing", "special"):
+        generator = None  # a composite's parts draw, each on its own; the others run no random kernel
     plan = Plan(rule, tuple(outputs), tuple(inputs), bool(found and found.structured), generator)
     _PLANS[id(func)] = plan
     return plan

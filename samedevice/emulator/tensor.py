@@ -300,9 +300,10 @@ def _nbytes(size: Any, dtype: Any) -> int:
     return n * torch.empty((), dtype=dtype or torch.get_default_dtype()).element_size()
 
 
-# Composite factories that fill a resized `out=` tensor (arange & co.) run on CPU and are wrapped.
+# Composite factories that fill a resized `out=` tensor (arange & co.) run on CPU and are wrapped
+# (randperm, which draws, is rng.py's).
 RESIZING_FACTORIES = (
-    "arange", "arange.start", "arange.start_step", "linspace", "logspace", "randperm",
+    "arange", "arange.start", "arange.start_step", "linspace", "logspace",
     "eye", "eye.m", "range", "tril_indices", "triu_indices",
 )
 
