@@ -130,11 +130,37 @@ def save_checkpoint(
 
 
 def _rng_states() -> dict[str, Any]:
+    """The CPU generator's state and, under each accelerator's type, its devices' (one each)."""
     states: dict[str, Any] = {"cpu": torch.get_rng_state()}
-    # Only a run that used CUDA has CUDA RNG state worth keeping; asking would initialize CUDA.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
+    for kind, module in _accelerators():
+        # torch.mps has one device and no *_all functions
+        states[kind] = module.get_rng_state_all() if hasattr(module, "get_rng_state_all") else [module.get_rng_state()]
     return states
+
+
+def _accelerators() -> list[tuple[str, Any]]:
+    """The accelerators whose RNG state is worth keeping: CUDA when this run used it (asking would
+    initialize it), and the current accelerator (MPS, XPU, ...): each device has its own generator."""
+    found = []
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        found.append(("cuda", torch.cuda))
+    current = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if current is not None and current.type != "cuda":
+        found.append((current.type, torch.get_device_module(current)))
+    return found
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["cpu"].cpu())  # torch.set_rng_state takes a CPU ByteTensor only
+    for kind, module in _accelerators():
+        saved = states.get(kind)
+        if saved is None:
+            continue  # saved on another kind of host: left out
+        if hasattr(module, "set_rng_state_all"):
+            for index, state in enumerate(saved[: module.device_count()]):
+                module.set_rng_state(state.cpu(), index)
+        else:
+            module.set_rng_state(saved[0].cpu())  # torch.mps: one device
 
 
 _PLAIN = (type(None), bool, int, float, str, bytes, torch.Tensor, torch.nn.Parameter)
@@ -412,10 +438,11 @@ def _check_rng(rng: dict[str, Any], fail: _Fail) -> None:
     if not (isinstance(cpu, torch.Tensor) and cpu.dtype == torch.uint8 and cpu.shape == want.shape):
         raise fail("rng.cpu", f"should be a ByteTensor of {want.numel()} bytes (torch.get_rng_state()), "
                               f"is {_describe(cpu)}")
-    cuda = rng.get("cuda", [])
-    if not (isinstance(cuda, list) and all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in cuda)):
-        raise fail("rng.cuda",
-                   f"should be a list of ByteTensors (torch.cuda.get_rng_state_all()), is {_describe(cuda)}")
+    for kind, states in rng.items():
+        if kind != "cpu" and not (isinstance(states, list) and all(
+                isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in states)):
+            raise fail(f"rng.{kind}", f"should be a list of ByteTensors (torch.{kind}.get_rng_state_all()), "
+                                      f"is {_describe(states)}")
 
 
 def _describe(value: Any) -> str:
@@ -445,7 +472,7 @@ def _apply(
     optimizers = {key: obj for key, obj in targets.items() if isinstance(obj, torch.optim.Optimizer)}
     optimizers_before = {key: (opt.state, opt.param_groups) for key, opt in optimizers.items()}
     others_before = {key: copy.deepcopy(obj.state_dict()) for key, obj in targets.items() if key not in optimizers}
-    rng_before = torch.get_rng_state()
+    rng_before = _rng_states()
     stage = "model"
     try:
         if device is not None:
@@ -462,10 +489,7 @@ def _apply(
                 obj.load_state_dict(_copy_tensors(saved))  # copies: nothing keeps the file's mmap alive
         stage = "rng"
         if "rng" in checkpoint:  # a plain torch.save checkpoint has none
-            torch.set_rng_state(checkpoint["rng"]["cpu"].cpu())  # torch.set_rng_state takes a CPU ByteTensor only
-            if "cuda" in checkpoint["rng"] and torch.cuda.is_available():
-                for index, state in enumerate(checkpoint["rng"]["cuda"][: torch.cuda.device_count()]):
-                    torch.cuda.set_rng_state(state.cpu(), index)
+            _set_rng_states(checkpoint["rng"])
     except Exception as e:
         for module, name, param in params_before:
             if getattr(module, name) is not param:
@@ -478,7 +502,7 @@ def _apply(
             optimizers[key].state, optimizers[key].param_groups = state, groups
         for key, state_dict in others_before.items():
             targets[key].load_state_dict(state_dict)
-        torch.set_rng_state(rng_before)
+        _set_rng_states(rng_before)
         raise CheckpointError(
             path, stage, f"could not be applied ({type(e).__name__}: {e}); the model, optimizer and every other "
                          "object are as they were"

@@ -173,6 +173,21 @@ def test_rng_state_round_trips(device: torch.device, tmp_path: Path, monkeypatch
     assert set_from == [CPU]  # torch.set_rng_state takes a CPU ByteTensor only, whatever the device
 
 
+def test_device_rng_state_round_trips(accelerator: torch.device, tmp_path: Path) -> None:
+    """After a resume, a draw on the accelerator repeats the draw made right after the save: each device
+    has its own generator (as each CUDA device does), and the helper keeps its state beside the CPU's."""
+    model, optimizer = trained()
+    torch.manual_seed(1234)
+    torch.rand(1, device=accelerator)  # this run uses the device (an unused CUDA is not asked for state)
+    checkpoint.save_checkpoint(tmp_path / "ckpt.pt", model=model, optimizer=optimizer)
+    expected = torch.rand(8, device=accelerator).cpu()
+
+    torch.manual_seed(99)
+    torch.rand(8, device=accelerator)
+    checkpoint.resume(tmp_path / "ckpt.pt", model=model, optimizer=optimizer, device=accelerator)
+    assert torch.equal(torch.rand(8, device=accelerator).cpu(), expected)
+
+
 def test_extras_come_back(tmp_path: Path) -> None:
     """The extra entries are returned as saved: numbers, strings, containers, tensors, sizes."""
     model, optimizer = trained()
