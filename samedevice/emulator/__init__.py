@@ -45,7 +45,8 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, li
   own nested tensor over an emulated buffer, and its first op fails naming the op;
 - `torch._efficientzerotensor` on the device gives ordinary zeros (memory, writes allowed);
 - DLPack (`torch.from_dlpack`, `__dlpack__`) refuses device tensors, naming the limit: PyTorch
-  exchanges a PrivateUse1 device only under the name "privateuse1";
+  exchanges a PrivateUse1 device only under the name "privateuse1"; a capsule made past them
+  (`torch.utils.dlpack.to_dlpack`) has no memory, and a tensor made from it fails at its first op;
 - sparse tensors are refused.
 """
 
