@@ -4,10 +4,10 @@
 
 Each model is `Linear(w, 2w) -> ReLU -> Linear(2w, w) -> ReLU -> Linear(w, 10)` on a batch of 64
 (w = 512 is the ~1M-parameter model the README quotes). For each size the same step runs on CPU and
-on the emulated device in one process, in turn, round after round (the first of the pair changes
-every round), so the machine's drift hits both alike. Each round times N steps of each (default:
-as many as fit in about half a second, 3 to 30) and keeps their median; the ratio of a round is
-emulated over CPU. Reported: the median over rounds, with the lowest and highest round's ratio.
+on the emulated device in one process, one step of each in turn (which goes first alternates), so
+the machine's drift hits both alike. Each round times N steps of each (default: as many as fit in
+about half a second, 3 to 30) and keeps their medians; the ratio of a round is emulated over CPU.
+Reported: the median over rounds, with the lowest and highest round's ratio.
 --quick measures three small sizes in two rounds of two steps: it checks that the script works.
 Results go to benchmarks/out/step.json (ignored by git) unless --save replaces the recorded
 benchmarks/results/step.json. Its top-level figures are the ~1M model's (target: at most 1.5x CPU).
@@ -55,29 +55,29 @@ def make_step(width: int, device: torch.device) -> tuple[int, Callable[[], None]
     return sum(p.numel() for p in model.parameters()), step
 
 
-def median_seconds(step: Callable[[], None], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def timed(step: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
 
 
 def measure(width: int, rounds: int, repeats: int | None) -> dict[str, Any]:
-    """One size: `rounds` interleaved rounds of CPU and emulated, medians and the spread of the ratio."""
+    """One size: `rounds` rounds of `repeats` steps on each device, one after the other (CPU first
+    in even steps, emulated first in odd ones); per round the median of each and their ratio."""
     n_params, cpu_step = make_step(width, torch.device("cpu"))
     _, emu_step = make_step(width, emulator.device())
-    for step in (cpu_step, emu_step):  # warm-up: optimizer state, allocator
-        step()
+    for step in (cpu_step, emu_step, cpu_step, emu_step):  # warm-up: optimizer state, allocator
         step()
     if repeats is None:  # as many steps as fit in about half a second, 3 to 30
-        repeats = max(3, min(30, int(0.5 / max(median_seconds(emu_step, 3), 1e-6))))
+        repeats = max(3, min(30, int(0.5 / max(timed(emu_step), 1e-6))))
     cpu, emu = [], []
-    for r in range(rounds):
-        pair = [(cpu, cpu_step), (emu, emu_step)]
-        for times, step in pair[r % 2:] + pair[:r % 2]:
-            times.append(median_seconds(step, repeats))
+    for _ in range(rounds):
+        times: dict[Callable[[], None], list[float]] = {cpu_step: [], emu_step: []}
+        for i in range(repeats):
+            for step in (cpu_step, emu_step) if i % 2 == 0 else (emu_step, cpu_step):
+                times[step].append(timed(step))
+        cpu.append(statistics.median(times[cpu_step]))
+        emu.append(statistics.median(times[emu_step]))
     ratios = [e / c for e, c in zip(emu, cpu)]
     return {
         "width": width, "parameters": n_params, "repeats": repeats,
