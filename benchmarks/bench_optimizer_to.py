@@ -13,6 +13,7 @@ States from 1 MiB to 256 MiB of moments, in 10 to 10,000 moment tensors, 5 round
 to 100) as fit in 3 s. Goal: helper <= 1.1x floor. A run's time is the process's CPU time by default
 (all its threads): on a machine shared with other work, the wall clock also counts the time the process
 waited for a core, which swamps differences of a few percent; `--clock wall` measures that instead.
+PyTorch runs on one thread here (the same copies for every mover, and no idle workers spinning).
 Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/results/optimizer_to.json.
 """
 
@@ -122,11 +123,14 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                         help="what a run's time is: the process's CPU time (default) or the wall clock")
     args = arguments(__doc__, parser)
+    # one thread: the movers make the same copies, and worker threads spinning between ops would count
+    # in the process's CPU time
+    torch.set_num_threads(1)
     sizes, counts, rounds, seconds = ([1, 8], [10, 1000], 3, 0.0) if args.quick else \
         ([1, 16, 256], [10, 100, 10_000], 5, 3.0)
     cpu, dev = torch.device("cpu"), emulator.device()
     result: dict[str, Any] = {"torch": torch.__version__, "cpus": os.cpu_count(), "rounds": rounds,
-                              "clock": args.clock}
+                              "clock": args.clock, "threads": torch.get_num_threads()}
     for label, state_on, params_on in (("to_emulated", cpu, dev), ("to_cpu", dev, cpu)):
         rows = []
         for mib in sizes:
