@@ -3,7 +3,7 @@
     pip install -e ".[bench]"
     python benchmarks/plot.py [--out FOLDER] [NAME ...]
 
-Reads resume.json, optimizer_to.json and dispatch.json (written by each benchmark with --save) and
+Reads resume.json, optimizer_to.json, dispatch.json and step.json (written by each benchmark with --save) and
 writes docs/benchmarks/<name>.png, or FOLDER/<name>.png. Error bars run from the lowest to the highest run.
 """
 
@@ -87,6 +87,25 @@ def dispatch() -> Path:
     return save(fig, "dispatch")
 
 
+def step() -> Path:
+    sizes = load("step")["sizes"]
+    xs = [row["parameters"] for row in sizes]
+    fig, (ratio, times) = plt.subplots(1, 2, figsize=(11, 4))
+    errorbar(ratio, xs, [r["ratio"] for r in sizes], [r["ratio_spread"] for r in sizes], "emulated / CPU")
+    ratio.axhline(1.0, color="black", linewidth=0.8, label="CPU")
+    ratio.axhline(1.5, color="grey", linestyle="--", label="target for the ~1M model (1.5x)")
+    ratio.set(xscale="log", xlabel="parameters", ylabel="emulated step time / CPU step time",
+              title="One Adam step: emulated against CPU")
+    ratio.set_ylim(bottom=0)
+    ratio.legend(fontsize=8)
+    for device in ("cpu", "emulated"):
+        times.plot(xs, [r[f"{device}_ms"] for r in sizes], marker="o", label=device)
+    times.set(xscale="log", yscale="log", xlabel="parameters", ylabel="ms per step (median)",
+              title="Step time")
+    times.legend(fontsize=8)
+    return save(fig, "step")
+
+
 def save(fig: Any, name: str) -> Path:
     PLOTS[0].mkdir(parents=True, exist_ok=True)
     out = PLOTS[0] / f"{name}.png"
@@ -111,7 +130,7 @@ def main() -> None:
         PLOTTERS[name]()
 
 
-PLOTTERS = {"resume": resume, "optimizer_to": optimizer_to, "dispatch": dispatch}
+PLOTTERS = {"resume": resume, "optimizer_to": optimizer_to, "dispatch": dispatch, "step": step}
 
 if __name__ == "__main__":
     main()

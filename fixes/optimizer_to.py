@@ -33,19 +33,21 @@ def optimizer_to(optimizer: torch.optim.Optimizer, device: torch.device | str | 
     goes where PyTorch wants it: CPU, unless the parameter's group is capturable or fused. A second
     call changes nothing. Returns the optimizer, so `optimizer_to(opt, "cuda").step()` reads well.
     """
-    groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+    target = None if device is None else torch.device(device)
+    cpu = torch.device("cpu")
+    step_on_device = {id(p) for group in optimizer.param_groups if group.get("capturable") or group.get("fused")
+                      for p in group["params"]}
     moved: dict[int, torch.Tensor] = {}  # id of an original tensor -> its moved copy (keeps sharing)
     for param, state in optimizer.state.items():
-        target = torch.device(device) if device is not None else _device_of(param)
-        if target is None:
+        to = target if target is not None else _device_of(param)
+        if to is None:
             continue  # state keyed by something that is not a tensor and no device given: leave it
-        group = groups.get(id(param), {})
-        step_on_param_device = bool(group.get("capturable") or group.get("fused"))
-        for key in list(state):
-            if key == "step" and not step_on_param_device:
-                state[key] = _move(state[key], torch.device("cpu"), moved)
-            else:
-                state[key] = _move(state[key], target, moved)
+        step_to = to if id(param) in step_on_device else cpu
+        for key, value in state.items():
+            dest = step_to if key == "step" else to
+            if isinstance(value, torch.Tensor) and value.device == dest:
+                continue  # already there (`.to` would return it as it is, after a trip through the dispatcher)
+            state[key] = _move(value, dest, moved)
     return optimizer
 
 

@@ -127,9 +127,12 @@ def _context() -> Any:
     """Ranks start as forks of one server process that has imported torch once, so a run does not
     pay for it (a fresh interpreter takes seconds to import torch; forking the caller, which may have
     run autograd threads, is unsafe). The server starts with the first launch and lives as long as
-    the caller."""
+    the caller. It also imports what every rank would otherwise import on its own, seconds each:
+    torch.distributed.tensor (a tensor subclass's first op), torch.nn.parallel (DDP) and torch._dynamo
+    (an optimizer's first call imports it, through `torch._disable_dynamo`)."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["samedevice.ranks", "torch.distributed.tensor", "torch.nn.parallel"])
+    context.set_forkserver_preload(
+        ["samedevice.ranks", "torch.distributed.tensor", "torch.nn.parallel", "torch._dynamo"])
     return context
 
 

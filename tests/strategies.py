@@ -27,7 +27,9 @@ FLAGS: dict[str, dict[str, st.SearchStrategy]] = {
     "RMSprop": {"centered": st.booleans(), "momentum": st.sampled_from([0.0, 0.9]), "maximize": st.booleans()},
     "Rprop": {"maximize": st.booleans()},
     "Adafactor": {"maximize": st.booleans()},
-    "LBFGS": {"history_size": st.integers(1, 4)},
+    # LBFGS runs up to max_iter closures a step (20 by default, most of these properties' time); 2 to 6
+    # still fill every history size drawn, or leave it part-filled
+    "LBFGS": {"history_size": st.integers(1, 4), "max_iter": st.integers(2, 6)},
     "Muon": {"nesterov": st.booleans()},
 }
 WEIGHT_DECAY = {"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop",
