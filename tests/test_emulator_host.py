@@ -201,22 +201,31 @@ def late_thread_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return lib
 
 
+CPU_BACKWARD = ("import torch; from samedevice import emulator; emulator.device();"
+                "m = torch.nn.Linear(4, 2); m(torch.randn(3, 4)).sum().backward()")
+
+
 @pytest.mark.slow
-def test_late_autograd_worker_cannot_race_the_exit(late_thread_lib: Path) -> None:
+@parametrize_cases(
+    Case("device_backward", script=EXIT_SCRIPT, env={}),
+    Case("cpu_backward_on_an_absent_host", script=CPU_BACKWARD, env={emulator.ABSENT_ENV: "1"}),
+)
+def test_late_autograd_worker_cannot_race_the_exit(late_thread_lib: Path, script: str, env: dict[str, str]) -> None:
     """An autograd worker that starts only after the script has ended (as on a busy machine) still
-    finds a whole interpreter, because the emulator's exit waits for it. The same run without that
-    wait reproduces PyTorch's race, which aborted about 1 process in 60 under load: the worker asks
-    for the GIL while the interpreter finalizes."""
+    finds a whole interpreter, because the emulator's exit waits for it; a CPU backward starts the
+    device workers too, so a host that plays absent waits as well. The same run without that wait
+    reproduces PyTorch's race, which aborted about 1 process in 60 under load: the worker asks for
+    the GIL while the interpreter finalizes."""
     # the engine waits at exit for its workers (engine.cpp, Engine::stop): 2 s instead of 10, which
     # leaves the late worker time to wake and ask for the GIL
-    env = {"LD_PRELOAD": str(late_thread_lib), "LATE_THREAD_DELAY_MS": "300",
+    env = {**env, "LD_PRELOAD": str(late_thread_lib), "LATE_THREAD_DELAY_MS": "300",
            "TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT": "2"}
-    drained = run_python(EXIT_SCRIPT, **env)
+    drained = run_python(script, **env)
     if "made late" not in drained.stderr:
         pytest.skip("this Python links libpython statically: PyThreadState_New cannot be preloaded over")
     assert drained.returncode == 0, drained.stderr[-500:]
     assert "while the interpreter finalized" not in drained.stderr
-    undrained = run_python(EXIT_SCRIPT + WITHOUT_DRAIN, **env)
+    undrained = run_python(script + WITHOUT_DRAIN, **env)
     assert "while the interpreter finalized" in undrained.stderr, undrained.stderr[-500:]
 
 

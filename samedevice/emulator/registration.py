@@ -24,10 +24,11 @@ class EmulatorUnavailableError(RuntimeError):
 # ---- the absent host ----------------------------------------------------------------------------
 
 _absent_depth = 0
+_draining = False  # the exit's drain (below) uses the devices even on a host that plays absent
 
 
 def is_absent() -> bool:
-    return _absent_depth > 0 or os.environ.get(ABSENT_ENV) == "1"
+    return not _draining and (_absent_depth > 0 or os.environ.get(ABSENT_ENV) == "1")
 
 
 @contextlib.contextmanager
@@ -173,8 +174,9 @@ _last_graph: list[Any] = []
 
 
 def _drain_autograd_workers() -> None:
-    if is_absent():
-        return
+    # A host that plays absent drains too: a CPU backward starts the device workers all the same.
+    global _draining
+    _draining = True
     for index in range(DEVICE_COUNT if _native_guard else 1):
         try:
             leaf = torch.ones((), device=torch.device(NAME, index), requires_grad=True)
