@@ -586,7 +586,17 @@ def test_backward_on_the_guard_less_fallback_is_limited_to_index_0() -> None:
     assert "device_ready_queues_" in done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("samedevice:")]
     assert notes == ["samedevice: emulated accelerator without its C++ device guard "
-                     "(SAMEDEVICE_EMULATOR_GUARD=python is set); one current device, backward on emulated:0 only"]
+                     "(SAMEDEVICE_EMULATOR_GUARD=python is set); one current device, backward on emulated:0 "
+                     "only, no device generators, no pinned memory"]
+
+
+@pytest.mark.parametrize("code", ["torch.Generator(device=emulator.device())", "emulator.device(); torch.ones(2).pin_memory()"])
+def test_generators_and_pinned_memory_need_the_cpp_hooks(code: str) -> None:
+    """Departure, without a C++ compiler only: PyTorch's Python hooks make no device generator and no
+    pinned memory, and say so in PyTorch's own words."""
+    done = run_python(f"import torch; from samedevice import emulator; {code}", SAMEDEVICE_EMULATOR_GUARD="python")
+    assert done.returncode != 0
+    assert "You should register `PrivateUse1HooksInterface`" in done.stderr
 
 
 def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:
@@ -597,11 +607,25 @@ def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:
         torch.from_file(str(empty), size=0, device=emulator.device())
 
 
-def test_pinned_memory_is_unavailable_once_registered() -> None:
-    """Departure: with the emulator registered, pin_memory() (and DataLoader(pin_memory=True)) fail:
-    PyTorch asks the PrivateUse1 hooks for a pinned allocator, which Python hooks cannot provide."""
-    with pytest.raises(NotImplementedError, match="getPinnedMemoryAllocator"):
-        torch.ones(2).pin_memory()
+def test_pinned_memory_as_on_cuda() -> None:
+    """pin_memory(), pin_memory=True factories and DataLoader(pin_memory=True) give pinned host memory
+    (the C++ hooks' pinned allocator, guard.cpp): is_pinned() holds for views inside it, not for other
+    CPU tensors, and a copy to the device with non_blocking=True lands. A host without the accelerator
+    has none, as a CUDA host without a GPU."""
+    pinned = torch.arange(6.0).pin_memory()
+    assert pinned.is_pinned()
+    assert pinned[2:].is_pinned()
+    assert pinned.device.type == "cpu"
+    assert not torch.arange(6.0).is_pinned()
+    assert torch.empty(3, pin_memory=True).is_pinned()
+    assert torch.equal(pinned.to(emulator.device(), non_blocking=True).cpu(), torch.arange(6.0))
+    data = torch.utils.data.TensorDataset(torch.arange(10.0))
+    assert all(batch.is_pinned() for (batch,) in torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True))
+    with emulator.absent():
+        assert not pinned.is_pinned()
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host: pinned memory needs"):
+            torch.ones(2).pin_memory()
+    assert pinned.is_pinned()
 
 
 def test_set_data_across_devices_is_refused() -> None:

@@ -370,14 +370,6 @@ def test_fork_rng_restores_the_device_draws() -> None:
     assert torch.equal(torch.randn(3, device=dev).cpu(), inside)
 
 
-def test_device_generators_cannot_be_made() -> None:
-    """Departure: torch.Generator(device="emulated") fails (PyTorch asks the PrivateUse1 hooks for a
-    generator, which Python hooks cannot provide); draws on the device use the device's own default
-    generator (tests/test_emulator_rng.py)."""
-    with pytest.raises(NotImplementedError, match="getNewGenerator"):
-        torch.Generator(device=emulator.device())
-
-
 def test_tensor_of_device_scalars() -> None:
     """torch.tensor([x, y]) of 0-dim device tensors reads their values, as on CUDA."""
     dev = emulator.device()

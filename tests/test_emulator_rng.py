@@ -238,16 +238,57 @@ def test_non_random_ops_leave_the_generators_alone(dev: torch.device) -> None:
     assert all(torch.equal(a, b) for a, b in zip(_states(), before, strict=True))
 
 
-@parametrize_cases(
+GENERATOR_DRAWS = [
     Case("randn", draw=lambda d, g: torch.randn(3, device=d, generator=g)),
     Case("uniform_", draw=lambda d, g: torch.ones(3, device=d).uniform_(generator=g)),
     Case("randperm", draw=lambda d, g: torch.randperm(4, device=d, generator=g)),
     Case("multinomial", draw=lambda d, g: torch.ones(3, device=d).multinomial(2, generator=g)),
-)
+]
+
+
+@parametrize_cases(*GENERATOR_DRAWS)
 def test_a_cpu_generator_is_refused(dev: torch.device, draw: Callable[..., torch.Tensor]) -> None:
     """An explicit CPU generator for a draw on the device is refused with CUDA's message."""
     with pytest.raises(RuntimeError, match="Expected a 'emulated' device type for generator but found 'cpu'"):
         draw(dev, torch.Generator())
+
+
+@parametrize_cases(*GENERATOR_DRAWS)
+def test_a_device_generator_draws_as_a_cpu_one(dev: torch.device, draw: Callable[..., torch.Tensor]) -> None:
+    """torch.Generator(device="emulated") (the C++ hooks make it, guard.cpp): seeded alike, it draws what
+    a CPU generator draws and advances as it does; the default generators, the CPU's and the devices', stay."""
+    before = _states()
+    device_generator, cpu_generator = torch.Generator(device=dev), torch.Generator()
+    device_generator.manual_seed(11)
+    cpu_generator.manual_seed(11)
+    for _ in range(2):
+        assert _same(draw(dev, device_generator), draw(torch.device("cpu"), cpu_generator))
+    assert torch.equal(device_generator.get_state(), cpu_generator.get_state())
+    assert all(torch.equal(a, b) for a, b in zip(_states(), before, strict=True))
+
+
+def test_device_generators_are_made_as_cuda_makes_them(dev: torch.device) -> None:
+    """As torch.Generator(device="cuda"): the device kept as given (an index-less one stays index-less, as
+    CUDAGeneratorImpl keeps it), the default seed, clone_state, an unknown index refused; a draw checks
+    the generator's device type only (check_generator), so emulated:1's generator draws on emulated:0."""
+    assert torch.Generator(device=emulator.NAME).device == torch.device(emulator.NAME)
+    second = torch.Generator(device=emulator.device(1))
+    assert second.device == emulator.device(1)
+    assert second.initial_seed() == torch.Generator().initial_seed()
+    assert torch.randn(2, device=dev, generator=second).device == dev
+    clone = second.clone_state()
+    assert clone.device == second.device
+    assert torch.equal(clone.get_state(), second.get_state())
+    with pytest.raises(RuntimeError, match="emulated device index 2 is out of range"):
+        torch.Generator(device="emulated:2")
+
+
+def test_a_device_generator_for_a_cpu_draw_fails_naming_the_op(dev: torch.device) -> None:
+    """Departure: a device generator passed to a draw on the CPU fails, naming the op and the emulated
+    backend (the generator's dispatch key picks the device's kernel, as on CUDA, where what follows
+    depends on the op and the PyTorch version)."""
+    with pytest.raises(NotImplementedError, match=r"'aten::randperm\.generator_out' with arguments from the 'emulated"):
+        torch.randperm(4, generator=torch.Generator(device=dev))
 
 
 def test_rng_state_needs_the_device(dev: torch.device) -> None:

@@ -8,8 +8,8 @@ Every runner, a laptop and CPU-only CI included, reproduces the real device erro
     RuntimeError: Expected all tensors to be on the same device, but found at least two devices, emulated:0 and cpu!
 
 How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
-1. registration.py: PrivateUse1 renamed "emulated", its C++ device guard (guard.cpp, guard.py), the
-   device module `torch.emulated`, the current device, and the absent host;
+1. registration.py: PrivateUse1 renamed "emulated", its C++ device guard and hooks (guard.cpp,
+   guard.py), the device module `torch.emulated`, the current device, and the absent host;
 2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
 3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
    nested.py: the nested tensors of the transformer fast path, wrapping CPU nested tensors;
@@ -26,15 +26,17 @@ Numerics are CPU's: every op runs the CPU kernel on `elem`.
 Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, listed in the README):
 - register (`device()`) before the process's first backward: PyTorch sizes its autograd device
   queues then;
-- without a C++ compiler the emulator falls back to PyTorch's Python device guard (it says so in one
-  line): one current device, and backward on emulated:0 only;
+- without a C++ compiler the emulator falls back to PyTorch's Python device guard and hooks (it says
+  so in one line): one current device, backward on emulated:0 only, no device generators, no pinned
+  memory;
 - moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
   Parameters (CUDA keeps them);
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
   or a live view still holds;
-- once registered, `torch.accelerator` reports the emulator even on a CUDA host, and pin_memory fails;
+- once registered, `torch.accelerator` reports the emulator even on a CUDA host (pin_memory pins for it);
 - random numbers on the device are CPU's numbers (each device's default generator is a CPU generator),
-  in a stream of each device's own as on CUDA (rng.py); device generators cannot be made;
+  in a stream of each device's own as on CUDA (rng.py); a device generator given to a CPU draw fails
+  naming the op;
 - storages cannot be allocated on the device (`UntypedStorage(n, device=...)`, `storage.to(emulated)`,
   a map_location callable that moves storages): a clear error; a device tensor's own storage works
   (`untyped_storage()`, `data_ptr()`, `set_`, `.cpu()`, `torch.save`), and map_location strings,

@@ -10,16 +10,27 @@
 // - every op runs synchronously on the host, so streams are the default one and events have
 //   completed when they are recorded.
 // It also registers an allocator that refuses, with a clear message, the one path that would
-// allocate emulated memory in C++ (a storage made on the device), instead of a null allocator crash.
+// allocate emulated memory in C++ (a storage made on the device), instead of a null allocator crash,
+// and the backend's hooks (PrivateUse1HooksInterface, in place of the Python ones), which give the
+// device what CUDA's hooks give CUDA: its generator type and pinned host memory.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
 
 namespace {
 using namespace c10;
 
 constexpr DeviceIndex kDeviceCount = 2;
 thread_local DeviceIndex current_index = 0;
+std::atomic<bool> absent{false};  // the process plays a host without the accelerator (registration.py)
 
 struct EmulatedGuard final : public impl::DeviceGuardImplInterface {
   DeviceType type() const override { return DeviceType::PrivateUse1; }
@@ -62,11 +73,101 @@ struct RefusingAllocator final : public Allocator {
   void copy_data(void*, const void*, std::size_t) const override {}
 };
 RefusingAllocator refusing_allocator;
+
+// torch.Generator(device="emulated:N"): the device's numbers are CPU's, so the state is a CPU
+// generator's (mt19937); the device and dispatch key are the device's, as CUDAGeneratorImpl's are
+// (CUDAGeneratorImpl.cpp: Device(CUDA, device_index) with the index as given, -1 included, and
+// DispatchKeySet(DispatchKey::CUDA)). A random op on the device lends this state to a CPU generator
+// (rng.py); a CPU kernel refuses the generator by its device type, as it refuses a CUDA one.
+struct EmulatedGenerator final : public at::CPUGeneratorImpl {
+  explicit EmulatedGenerator(DeviceIndex index) {
+    device_ = Device(DeviceType::PrivateUse1, index);
+    key_set_ = DispatchKeySet(DispatchKey::PrivateUse1);
+  }
+  EmulatedGenerator* clone_impl() const override {
+    auto copy = new EmulatedGenerator(device_.index());
+    copy->set_state(*get_state());
+    return copy;
+  }
+};
+
+at::Generator make_generator(DeviceIndex index) {
+  TORCH_CHECK(index >= -1 && index < kDeviceCount, "emulated device index ", int(index),
+              " is out of range: the emulator has ", int(kDeviceCount), " devices, indices 0 to ",
+              int(kDeviceCount) - 1);
+  return at::make_generator<EmulatedGenerator>(index);
+}
+
+// Pinned host memory (x.pin_memory(), torch.empty(..., pin_memory=True), DataLoader(pin_memory=True)):
+// host memory from the CPU allocator, remembered so that is_pinned() is true for any address inside a
+// block, as cudaPointerGetAttributes answers for cudaHostAlloc'd memory (CUDAHooks::isPinnedPtr, which
+// answers false on a host without a device). Copies from it to the device are synchronous, as all are.
+std::mutex pinned_mutex;
+auto* pinned_blocks = new std::map<const char*, size_t>();  // never destroyed: blocks may die at exit
+
+void free_pinned(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(pinned_mutex);
+    pinned_blocks->erase(static_cast<const char*>(p));
+  }
+  c10::free_cpu(p);
+}
+
+bool is_pinned(const void* ptr) {
+  auto p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> lock(pinned_mutex);
+  auto next = pinned_blocks->upper_bound(p);
+  if (next == pinned_blocks->begin()) return false;
+  --next;
+  return p < next->first + next->second;
+}
+
+struct PinnedAllocator final : public Allocator {
+  DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &c10::detail::deleteNothing, Device(DeviceType::CPU)};
+    void* p = c10::alloc_cpu(n);
+    {
+      std::lock_guard<std::mutex> lock(pinned_mutex);
+      (*pinned_blocks)[static_cast<const char*>(p)] = n;
+    }
+    return {p, p, &free_pinned, Device(DeviceType::CPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+};
+PinnedAllocator pinned_allocator;
+
+// The hooks, as CUDAHooks (aten/src/ATen/cuda/detail/CUDAHooks.cpp) for what the emulator has: the
+// device count and current device are the guard's; on a host that plays absent the device is not
+// available, pinned memory cannot be had, and no pointer is pinned.
+struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return !absent; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  void init() const override {}
+  DeviceIndex deviceCount() const override { return absent ? 0 : kDeviceCount; }
+  void setCurrentDevice(DeviceIndex d) const override { EmulatedGuard().setDevice(Device(DeviceType::PrivateUse1, d)); }
+  DeviceIndex getCurrentDevice() const override { return current_index; }
+  DeviceIndex exchangeDevice(DeviceIndex d) const override {
+    return EmulatedGuard().exchangeDevice(Device(DeviceType::PrivateUse1, d)).index();
+  }
+  DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
+  at::Generator getNewGenerator(DeviceIndex index) const override { return make_generator(index); }
+  bool isPinnedPtr(const void* data) const override { return !absent && is_pinned(data); }
+  Allocator* getPinnedMemoryAllocator() const override {
+    TORCH_CHECK(!absent, "Found no emulated device on this host: pinned memory needs the accelerator "
+                "(samedevice.emulator.absent() or SAMEDEVICE_EMULATOR_ABSENT=1 plays a host without it)");
+    return &pinned_allocator;
+  }
+};
 }  // namespace
 
+extern "C" void samedevice_set_absent(int value) { absent = value != 0; }
+
+// 1: the guard and the hooks are registered; 0: another guard was there first (nothing registered).
 extern "C" int samedevice_register_guard() {
   if (impl::hasDeviceGuardImpl(DeviceType::PrivateUse1)) return 0;  // first wins
   impl::registerDeviceGuard(DeviceType::PrivateUse1, new EmulatedGuard());
   SetAllocator(DeviceType::PrivateUse1, &refusing_allocator);
+  if (!at::isPrivateUse1HooksRegistered()) at::RegisterPrivateUse1HooksInterface(new EmulatedHooks());
   return 1;
 }

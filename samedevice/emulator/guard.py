@@ -1,4 +1,4 @@
-"""The C++ device guard (guard.cpp): compiled at first use, cached, loaded before PyTorch's Python one.
+"""The C++ device guard and hooks (guard.cpp): compiled at first use, cached, loaded before PyTorch's Python ones.
 
 Why C++: PyTorch's Python device guard for PrivateUse1 cannot keep a current device or report two
 devices, and it calls into Python from noexcept methods, which aborts the process when an error is
@@ -8,7 +8,8 @@ The build takes about 3 s with g++ against the headers that PyTorch's wheel ship
 cached per PyTorch version and source under $SAMEDEVICE_CACHE (default ~/.cache/samedevice), written
 to a temporary name and renamed, so processes that build at once never see half a file. Without a
 compiler or headers (or with SAMEDEVICE_EMULATOR_GUARD=python) the emulator falls back to PyTorch's
-Python guard and says so in one line: one current device (0) and backward on emulated:0 only.
+Python guard and hooks and says so in one line: one current device (0), backward on emulated:0 only,
+no device generators and no pinned memory.
 """
 
 from __future__ import annotations
@@ -52,18 +53,24 @@ def _build(target: Path) -> None:
     os.close(fd)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           f"-I{include}", str(SOURCE), f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", "-o", tmp]
+           f"-I{include}", str(SOURCE), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
     if sysconfig.get_platform().startswith("macosx"):
         cmd[1:1] = ["-undefined", "dynamic_lookup"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"compiling the device guard failed: {last}")
+            lines = done.stderr.strip().splitlines() or ["(no output)"]
+            first_error = next((line for line in lines if "error" in line), lines[-1])
+            raise RuntimeError(f"compiling the device guard failed: {first_error.strip()}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def set_absent(value: bool) -> None:
+    """Tell the C++ hooks whether this process plays a host without the accelerator."""
+    _loaded[0].samedevice_set_absent(int(value))
 
 
 def install() -> str | None:
@@ -77,7 +84,7 @@ def install() -> str | None:
         lib = ctypes.CDLL(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         return str(e).splitlines()[0] if str(e) else type(e).__name__
-    _loaded.append(lib)
     if not lib.samedevice_register_guard():
         return "another device guard was registered for PrivateUse1 first"
+    _loaded.append(lib)
     return None

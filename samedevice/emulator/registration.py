@@ -41,10 +41,20 @@ def absent() -> Iterator[None]:
     global _absent_depth
     register()
     _absent_depth += 1
+    _sync_absent()
     try:
         yield
     finally:
         _absent_depth -= 1
+        _sync_absent()
+
+
+def _sync_absent() -> None:
+    # the C++ hooks (guard.cpp) answer is_available, is_pinned and pin_memory without calling Python
+    if _native_guard:
+        from samedevice.emulator import guard
+
+        guard.set_absent(is_absent())
 
 
 def check_present(index: int | None = None) -> None:
@@ -177,6 +187,7 @@ def _drain_autograd_workers() -> None:
     # A host that plays absent drains too: a CPU backward starts the device workers all the same.
     global _draining
     _draining = True
+    _sync_absent()
     for index in range(DEVICE_COUNT if _native_guard else 1):
         try:
             leaf = torch.ones((), device=torch.device(NAME, index), requires_grad=True)
@@ -226,10 +237,23 @@ def register() -> None:
         if why is not None:
             _fallback_reason = why
             print(f"samedevice: emulated accelerator without its C++ device guard ({why}); one current "
-                  "device, backward on emulated:0 only", file=sys.stderr)
-        _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
+                  "device, backward on emulated:0 only, no device generators, no pinned memory", file=sys.stderr)
+        if _native_guard:
+            # _setup_privateuseone_for_python_backend without its Python hooks and guard: guard.cpp
+            # registered the C++ ones (PyTorch takes the hooks once and refuses a second registration)
+            from torch.utils.backend_registration import (
+                generate_methods_for_privateuse1_backend,
+                rename_privateuse1_backend,
+            )
+
+            rename_privateuse1_backend(NAME)
+            generate_methods_for_privateuse1_backend()
+            torch._register_device_module(NAME, _DeviceModule())
+        else:
+            _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
     for hook in _on_register:
         hook()
+    _sync_absent()
     atexit.register(_drain_autograd_workers)
     _registered = True
 

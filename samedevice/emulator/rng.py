@@ -6,7 +6,8 @@ and restores only `torch.get_rng_state()` does not reproduce its device draws, a
 
 A random op on the device draws from its device's generator (rules.py picks the way once per op):
 - an op with a `Generator? generator` argument gets the device's generator when the caller passed
-  none; a generator of another device type is refused as CUDA refuses it;
+  none; a generator of another device type is refused as CUDA refuses it; a device generator made by
+  `torch.Generator(device="emulated")` (guard.cpp) lends its state to a CPU generator for the kernel;
 - a seeded op without one (`nondeterministic_seeded`: native_dropout, rand_like, ...) runs its CPU
   kernel with the CPU default generator holding the device's state, which is then put back.
 
@@ -42,10 +43,25 @@ def draw(how: tuple[str, int], index: int, args: Any, kwargs: Any, run: Callable
         # op on the device takes a generator of the device's type only; a CPU generator is refused.
         if given.device.type != NAME:
             raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{given.device.type}'")
-        return run(args, kwargs)
+        return _lend(given, lambda cpu: run(*_with(name, i, cpu, args, kwargs)))
+    return run(*_with(name, i, device_generator, args, kwargs))
+
+
+def _with(name: str, i: int, generator: torch.Generator, args: Any, kwargs: Any) -> tuple[Any, Any]:
     if i < len(args):
-        return run((*args[:i], device_generator, *args[i + 1:]), kwargs)
-    return run(args, {**kwargs, name: device_generator})
+        return (*args[:i], generator, *args[i + 1:]), kwargs
+    return args, {**kwargs, name: generator}
+
+
+def _lend(device_generator: torch.Generator, kernel: Callable[[torch.Generator], Any]) -> Any:
+    # torch.Generator(device="emulated") (guard.cpp) keeps a CPU generator's state, but its device is
+    # the emulated one, so CPU kernels refuse it: lend its state to a CPU generator and take it back
+    cpu = torch.Generator()
+    cpu.set_state(device_generator.get_state())
+    try:
+        return kernel(cpu)
+    finally:
+        device_generator.set_state(cpu.get_state())
 
 
 def _with_default_state(device_generator: torch.Generator, kernel: Callable[[], Any]) -> Any:
