@@ -143,6 +143,8 @@ def test_absent_host() -> None:
             torch.zeros(1, device=emulator.NAME)
         with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
             torch.ones(1).to("emulated:0")
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host: a device generator"):
+            torch.Generator(device=emulator.NAME)
         with pytest.raises(RuntimeError, match=r"Attempting to deserialize object on a EMULATED device but "
                                                r"torch\.emulated\.is_available\(\) is False"):
             torch.load(buf, weights_only=True)

@@ -151,7 +151,10 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
     return EmulatedGuard().exchangeDevice(Device(DeviceType::PrivateUse1, d)).index();
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
-  at::Generator getNewGenerator(DeviceIndex index) const override { return make_generator(index); }
+  at::Generator getNewGenerator(DeviceIndex index) const override {
+    TORCH_CHECK(!absent, "Found no emulated device on this host: a device generator needs the accelerator");
+    return make_generator(index);
+  }
   bool isPinnedPtr(const void* data) const override { return !absent && is_pinned(data); }
   Allocator* getPinnedMemoryAllocator() const override {
     TORCH_CHECK(!absent, "Found no emulated device on this host: pinned memory needs the accelerator "
