@@ -102,12 +102,12 @@ at::Generator make_generator(DeviceIndex index) {
 // host memory from the CPU allocator, remembered so that is_pinned() is true for any address inside a
 // block, as cudaPointerGetAttributes answers for cudaHostAlloc'd memory (CUDAHooks::isPinnedPtr, which
 // answers false on a host without a device). Copies from it to the device are synchronous, as all are.
-std::mutex pinned_mutex;
-auto* pinned_blocks = new std::map<const char*, size_t>();  // never destroyed: blocks may die at exit
+auto* pinned_mutex = new std::mutex();  // both never destroyed: pinned blocks may die at exit
+auto* pinned_blocks = new std::map<const char*, size_t>();
 
 void free_pinned(void* p) {
   {
-    std::lock_guard<std::mutex> lock(pinned_mutex);
+    std::lock_guard<std::mutex> lock(*pinned_mutex);
     pinned_blocks->erase(static_cast<const char*>(p));
   }
   c10::free_cpu(p);
@@ -115,7 +115,7 @@ void free_pinned(void* p) {
 
 bool is_pinned(const void* ptr) {
   auto p = static_cast<const char*>(ptr);
-  std::lock_guard<std::mutex> lock(pinned_mutex);
+  std::lock_guard<std::mutex> lock(*pinned_mutex);
   auto next = pinned_blocks->upper_bound(p);
   if (next == pinned_blocks->begin()) return false;
   --next;
@@ -127,7 +127,7 @@ struct PinnedAllocator final : public Allocator {
     if (n == 0) return {nullptr, nullptr, &c10::detail::deleteNothing, Device(DeviceType::CPU)};
     void* p = c10::alloc_cpu(n);
     {
-      std::lock_guard<std::mutex> lock(pinned_mutex);
+      std::lock_guard<std::mutex> lock(*pinned_mutex);
       (*pinned_blocks)[static_cast<const char*>(p)] = n;
     }
     return {p, p, &free_pinned, Device(DeviceType::CPU)};
