@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._refs
 import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 
@@ -142,6 +143,16 @@ COMPOSITE_CASES = [
     Case("composite_matmul_1d", op=lambda d, s: torch.matmul(ones(d), torch.ones(3)), raises=f"{SAME}, but got tensor is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__dot)"),
     # layer_norm -> native_layer_norm (codegen check)
     Case("composite_layer_norm_cpu_weight", op=lambda d, s: F.layer_norm(ones(d, 2, 3), (3,), torch.ones(3)), raises=f"{SAME}, but got weight is on cpu, different from other tensors on {{d}} (when checking argument in method wrapper_{{K}}__native_layer_norm)"),
+    # fmod.Scalar_out -> at::fmod_out(out, self, wrapped_scalar_tensor(other)) (BinaryOps.cpp): TensorIterator,
+    # whose scalar reaches the emulator as a Python number (the Scalar overload takes it back)
+    Case("composite_fmod_scalar_out", op=lambda d, s: torch.fmod(ones(d), 2, out=torch.empty(3, device=d)), raises=None),
+    Case("composite_remainder_scalar_out", op=lambda d, s: torch.remainder(ones(d), 2, out=torch.empty(3, device=d)), raises=None),
+    Case("composite_fmod_scalar_cpu_out", op=lambda d, s: torch.fmod(ones(d), 2, out=torch.empty(3)), raises=f"{SAME}, but found at least two devices, {{d}} and cpu!"),
+    # prims have no native wrapper, so no whole-op check: prims.add runs its composite, torch.add, whose
+    # TensorIterator takes a CPU scalar (torch/_prims/__init__.py); the refs check devices first, in Python
+    # (torch/_prims_common/__init__.py: check_same_device)
+    Case("composite_prims_add_cpu_scalar", op=lambda d, s: torch._refs.add(ones(d), torch.tensor(2.0)), raises=None),
+    Case("composite_refs_add_cpu_tensor", op=lambda d, s: torch._refs.add(ones(d), torch.ones(3)), raises="Tensor on device cpu is not on the expected device {d}!"),
     Case("composite_stack_same_device", op=lambda d, s: torch.stack([ones(d), ones(d)]), raises=None),
     Case("composite_mv_same_device", op=lambda d, s: torch.mv(ones(d, 2, 3), ones(d)), raises=None),
 ]

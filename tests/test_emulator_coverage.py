@@ -310,6 +310,24 @@ def test_ctc_loss_gradients_match_cpu_with_cpu_lengths(accelerator: torch.device
         F.ctc_loss(log_probs.to(accelerator), targets.to(accelerator), lengths[0].float(), lengths[1])
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_ctc_loss_of_an_unbatched_sample(accelerator: torch.device, reduction: str) -> None:
+    """One unbatched sample (log_probs (T, C), 0-dim length tensors, on CPU or with the log_probs) gives
+    CPU's loss and gradient on the device."""
+    torch.manual_seed(0)
+    log_probs, targets = torch.randn(12, 5).log_softmax(1), torch.tensor([1, 3, 3, 2])
+    lengths = (torch.tensor(12), torch.tensor(4))
+    results = []
+    for where, lengths_on in ((torch.device("cpu"),) * 2, (accelerator, accelerator),
+                              (accelerator, torch.device("cpu"))):
+        x = log_probs.clone().to(where).requires_grad_()
+        loss = F.ctc_loss(x, targets.to(where), *(n.to(lengths_on) for n in lengths), reduction=reduction)
+        loss.sum().backward()
+        results.append((loss.detach().cpu(), x.grad.cpu()))
+    for got in results[1:]:
+        torch.testing.assert_close(got, results[0])
+
+
 def test_dlpack_is_refused_naming_the_limit() -> None:
     """Departure: DLPack cannot carry an emulated tensor (PyTorch exchanges a PrivateUse1 device only
     under the name 'privateuse1'); both entry points say so and point to .cpu(). A capsule made by

@@ -349,6 +349,25 @@ def test_an_op_without_a_cuda_kernel_fails_naming_it() -> None:
     assert torch.histogram(torch.arange(4.0), bins=2).hist.tolist() == [2.0, 2.0]
 
 
+def test_an_op_with_a_meta_tensor_runs_the_meta_kernel_as_on_cuda() -> None:
+    """Meta is the highest backend key, so CUDA runs an op with a meta argument through its Meta kernel,
+    without the codegen device check: a deferred-init module's forward goes through, and a TensorIterator
+    op raises "Tensor on device meta is not on the expected device cuda:0!" (as users report it). CPU's
+    tensors take the same kernel: each result is CPU's with the device in place of cpu."""
+    dev = emulator.device()
+    weight = torch.ones(3, 2, device="meta")
+    for device in (torch.device("cpu"), dev):
+        x = torch.ones(4, 3, device=device)
+        assert (x @ weight).device == device
+        assert (weight.T @ x.T).device.type == "meta"
+        assert torch.nn.functional.linear(x, weight.T).shape == (4, 2)
+        with pytest.raises(RuntimeError, match=rf"^Tensor on device meta is not on the expected device {device}!$"):
+            x + torch.ones(4, 3, device="meta")
+        with pytest.raises(RuntimeError, match=rf"^Tensor on device {device} is not on the expected device meta!$"):
+            torch.where(torch.ones(4, 3, device="meta") > 0, x, x)
+    assert x.mul_(torch.ones(4, 3, device="meta")) is x
+
+
 # ---- random numbers and scalars ---------------------------------------------------------------------
 
 

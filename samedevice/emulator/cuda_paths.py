@@ -25,8 +25,9 @@ def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: A
     for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
         if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
             raise RuntimeError(f"{name} must be integral")
-    il = unwrap(input_lengths).to("cpu", torch.long).tolist()
-    tl = unwrap(target_lengths).to("cpu", torch.long).tolist()
+    # (IntArrayRef(ilc.const_data_ptr<int64_t>(), ilc.numel()): a 0-dim length, an unbatched sample's, is a list of one)
+    il = unwrap(input_lengths).to("cpu", torch.long).reshape(-1).tolist()
+    tl = unwrap(target_lengths).to("cpu", torch.long).reshape(-1).tolist()
     return aten.ctc_loss.IntList(log_probs, targets, il, tl, blank, reduction, zero_infinity)
 
 

@@ -50,7 +50,12 @@ def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any
     if rule == "direct":
         return run_on_cpu(func, args, kwargs, _first_index(args, kwargs))
     if rule == "special":
-        return SPECIAL[func](func, args, kwargs)
+        try:
+            return SPECIAL[func](func, args, kwargs)
+        except RuntimeError:
+            if not _has_meta(args, kwargs):
+                raise
+            return with_meta(func, args, kwargs)
     if rule == "composite":
         # CUDA has no kernel of its own: it runs PyTorch's composite kernel, whose parts each check
         return func._op_dk(_composite_key(func), *args, **kwargs)
@@ -60,8 +65,66 @@ def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any
             "kernel in native_functions.yaml (a CPU-only op fails on CUDA too; sparse, quantized and nested "
             "kernels are not emulated: the emulator holds dense, strided tensors only)"
         )
-    index = check_devices(func, plan, args, kwargs)
-    return run_on_cpu(func, args, kwargs, index)
+    try:
+        index = check_devices(func, plan, args, kwargs)
+    except RuntimeError:
+        if not _has_meta(args, kwargs):
+            raise
+        return with_meta(func, args, kwargs)
+    try:
+        return run_on_cpu(func, args, kwargs, index)
+    except RuntimeError:
+        sibling = scalar_overload(func, args)
+        if sibling is None:
+            raise
+        return run_on_cpu(sibling, args, kwargs, index)
+
+
+def scalar_overload(func: Any, args: Any) -> Any:
+    """The overload that takes a Scalar where `func` takes a Tensor and got a Python number, or None.
+    A composite that wraps a scalar (fmod.Scalar_out: `at::fmod_out(out, self, wrapped_scalar_tensor(
+    other))`) hands its inner op a wrapped-number tensor, which reaches Python as a plain number
+    (torch/csrc/jit/python/pybind_utils.cpp, toPyObject), and most ops' Python binding refuses a number
+    for a Tensor. The Scalar overload on CPU wraps it again, in C++, as CUDA's composite did."""
+    numbers = {i for i, (a, v) in enumerate(zip(func._schema.arguments, args))
+               if str(a.type) == "Tensor" and type(v) in (int, float, bool, complex)}
+    if not numbers:
+        return None
+    for name in func.overloadpacket.overloads():
+        other = getattr(func.overloadpacket, name)
+        mine, theirs = func._schema.arguments, other._schema.arguments
+        if len(mine) == len(theirs) and all(
+            a.name == b.name and (str(b.type) == "number" if i in numbers else str(a.type) == str(b.type))
+            for i, (a, b) in enumerate(zip(mine, theirs))
+        ):
+            return other
+    return None
+
+
+def _has_meta(args: Any, kwargs: Any) -> bool:
+    return any(t.device.type == "meta" for t in tensors((args, kwargs)))
+
+
+def with_meta(func: Any, args: Any, kwargs: Any) -> Any:
+    """An op with a meta tensor among its arguments. Meta is the highest backend key (c10/core/
+    DispatchKey.h: C10_FORALL_BACKEND_COMPONENTS ends with Meta), so on CUDA such an op runs its Meta
+    kernel, which has no codegen device check: `x @ meta_weight` goes through (a deferred-init module's
+    forward), and a TensorIterator op raises "Tensor on device meta is not on the expected device
+    cuda:0!". CPU's tensors take the same kernel, so the op runs as CPU runs it, with the device where
+    CPU's result and message say cpu."""
+    index = next(t.device_index for t in tensors((args, kwargs)) if type(t) is EmulatedTensor)
+    originals = {id(t.elem): t for t in tensors((args, kwargs)) if type(t) is EmulatedTensor}
+    try:
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+    except RuntimeError as e:
+        raise RuntimeError(str(e).replace("device cpu", f"device {NAME}:{index}")) from None
+
+    def wrap(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            return t
+        return originals[id(t)] if id(t) in originals else EmulatedTensor(t, index)
+
+    return tree_map(wrap, out)
 
 
 def _first_index(args: Any, kwargs: Any) -> int | None:
@@ -119,17 +182,22 @@ def _plan(func: Any) -> Plan:
 def _rule(func: Any, found: Kernels | None, n_tensors: int) -> str:
     if func in SPECIAL:
         return "special"
-    if found is None:  # not an aten op PyTorch's table knows: check it as a whole
-        return "common"
-    if found.composite:
-        # with one tensor argument there is nothing to mix, and the composite's parts would only
-        # cost dispatches: run it whole
-        return "composite" if n_tensors >= 2 else "direct"
-    if not found.cuda:
-        return "missing"
-    if yaml_name(func).startswith("_foreach_"):
-        return "foreach"
-    return "iterator" if found.no_check else "common"
+    if found is None:
+        # not an aten op PyTorch's table knows (prims, torch.library's custom ops): torchgen's whole-op
+        # check lives only in native ops' generated wrappers, so on CUDA one with a composite kernel runs
+        # it, each part checking on its own (prims.add ends in add's TensorIterator); one with backend
+        # kernels only is checked as a whole here, the closest stand-in for a kernel the emulator lacks
+        if not any(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k) for k in _COMPOSITE_KEYS):
+            return "common"
+    elif not found.composite:
+        if not found.cuda:
+            return "missing"
+        if yaml_name(func).startswith("_foreach_"):
+            return "foreach"
+        return "iterator" if found.no_check else "common"
+    # with one tensor argument there is nothing to mix, and the composite's parts would only cost
+    # dispatches: run it whole
+    return "composite" if n_tensors >= 2 else "direct"
 
 
 def check_devices(func: Any, plan: Plan, args: Any, kwargs: Any) -> int | None:
