@@ -44,6 +44,11 @@ def padding(dev: torch.device) -> torch.Tensor:
     return torch.tensor([[False] * 3, [False, False, True]], device=dev)
 
 
+def image(dev: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A 1x3x8x8 image batch on `dev`, values 0..191."""
+    return torch.arange(192).reshape(1, 3, 8, 8).to(dev, dtype)
+
+
 def ctc(dev: torch.device, lengths_on: torch.device | None = None, targets_on: torch.device | None = None) -> object:
     """F.ctc_loss on `dev` with its length and target tensors where the row puts them."""
     log_probs = torch.arange(40.0).reshape(5, 2, 4).div(40).log_softmax(2).to(dev)
@@ -103,6 +108,12 @@ RULE_CASES = [
     Case("embedding_bag_float_indices", op=lambda d, s: F.embedding_bag(torch.tensor([0.0, 1.0], device=d), ones(d, 3, 2), torch.tensor([0], device=d)), raises="Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got torch.{t}.FloatTensor instead (while checking arguments for embedding_bag_cuda)"),
     Case("efficient_zero_tensor", op=lambda d, s: torch._efficientzerotensor((2, 3), device=d) + 1, raises=None),
     Case("item_of_reduction", op=lambda d, s: ones(d).sum().item(), raises=None),
+    # CUDA's resizing kernels take floating types only (cuda/UpSampleBilinear2d.cu, UpSampleBicubic2d.cu:
+    # AT_DISPATCH_FLOATING_TYPES_AND2(Half, BFloat16, ...)); CPU's take uint8 images too
+    Case("interpolate_uint8_bilinear", op=lambda d, s: F.interpolate(image(d, torch.uint8), (4, 4), mode="bilinear"), raises="\"upsample_bilinear2d_out_frame\" not implemented for 'Byte'"),
+    Case("interpolate_uint8_bicubic", op=lambda d, s: F.interpolate(image(d, torch.uint8), (4, 4), mode="bicubic"), raises="\"upsample_bicubic2d_out_frame\" not implemented for 'Byte'"),
+    Case("interpolate_uint8_bicubic_antialias", op=lambda d, s: F.interpolate(image(d, torch.uint8), (4, 4), mode="bicubic", antialias=True), raises="\"upsample_bilinear2d_out_frame\" not implemented for 'Byte'"),
+    Case("interpolate_float_bilinear_antialias", op=lambda d, s: F.interpolate(image(d, torch.float32), (4, 4), mode="bilinear", antialias=True), raises=None),
 ]
 RULES = parametrize_cases(*RULE_CASES)
 

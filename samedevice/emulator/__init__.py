@@ -17,7 +17,8 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
    per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
    CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where the
-   emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check);
+   emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check,
+   the resizing kernels' dtypes);
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
 6. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
 7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.

@@ -1,7 +1,7 @@
 """4c. Where the emulator's tensors would take another path than CUDA's through PyTorch's C++, each
 set back on CUDA's (the source cited beside it): ctc_loss's length tensors, embedding_bag's index
-check, and efficient zero tensors. (DLPack, which cannot carry an emulated tensor, is refused in
-storage.py.)"""
+check, efficient zero tensors, and the resizing kernels' dtypes (CPU's take uint8 images, CUDA's do
+not). (DLPack, which cannot carry an emulated tensor, is refused in storage.py.)"""
 
 from __future__ import annotations
 
@@ -61,7 +61,25 @@ def efficientzerotensor(size: Any, dtype: Any = None, layout: Any = None, device
     return EmulatedTensor(torch.zeros(size, dtype=dtype), index)
 
 
+def _upsample(name: str) -> Any:
+    def kernel(func: Any, args: Any, kwargs: Any) -> Any:
+        # CUDA's resizing kernels dispatch on AT_DISPATCH_FLOATING_TYPES_AND2(Half, BFloat16, ...), under
+        # `name` (cuda/UpSampleBilinear2d.cu: the antialiased ones reuse "upsample_bilinear2d_out_frame";
+        # cuda/UpSampleBicubic2d.cu); CPU's take uint8 images too, so F.interpolate of a uint8 batch
+        # works on CPU and fails on CUDA
+        index = check_devices(func, _PLANS.get(id(func)) or _plan(func), args, kwargs)
+        if args[0].dtype == torch.uint8:
+            raise NotImplementedError(f'"{name}" not implemented for \'Byte\'')
+        return run_on_cpu(func, args, kwargs, index)
+
+    return kernel
+
+
 SPECIAL.update({
+    aten.upsample_bilinear2d.default: _upsample("upsample_bilinear2d_out_frame"),
+    aten._upsample_bilinear2d_aa.default: _upsample("upsample_bilinear2d_out_frame"),
+    aten._upsample_bicubic2d_aa.default: _upsample("upsample_bilinear2d_out_frame"),
+    aten.upsample_bicubic2d.default: _upsample("upsample_bicubic2d_out_frame"),
     aten.ctc_loss.Tensor: _ctc_loss_special,
     aten._embedding_bag.default: _embedding_bag,
     aten._embedding_bag_forward_only.default: _embedding_bag,
