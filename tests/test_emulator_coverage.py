@@ -328,6 +328,19 @@ def test_ctc_loss_of_an_unbatched_sample(accelerator: torch.device, reduction: s
         torch.testing.assert_close(got, results[0])
 
 
+def test_kernels_and_their_dtypes_are_cpus() -> None:
+    """Departure: the device computes with CPU's kernels, so where CUDA's differ the emulator says what
+    CPU says: integer fmod by zero raises (CUDA returns an undefined bit pattern, all ones for int32), and
+    a half tensor to a complex power fails for ComplexHalf (CUDA computes it)."""
+    dev = emulator.device()
+    ints = torch.tensor([3, -3], dtype=torch.int32, device=dev)
+    for fn in (torch.fmod, torch.remainder):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(ints, torch.zeros_like(ints))
+    with pytest.raises(NotImplementedError, match="\"pow\" not implemented for 'ComplexHalf'"):
+        torch.pow(torch.full((2,), 2.0, dtype=torch.half, device=dev), 1j)
+
+
 def test_dlpack_is_refused_naming_the_limit() -> None:
     """Departure: DLPack cannot carry an emulated tensor (PyTorch exchanges a PrivateUse1 device only
     under the name 'privateuse1'); both entry points say so and point to .cpu(). A capsule made by

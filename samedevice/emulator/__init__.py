@@ -50,6 +50,8 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, li
 - DLPack (`torch.from_dlpack`, `__dlpack__`) refuses device tensors, naming the limit: PyTorch
   exchanges a PrivateUse1 device only under the name "privateuse1"; a capsule made past them
   (`torch.utils.dlpack.to_dlpack`) has no memory, and a tensor made from it fails at its first op;
+- numerics and dtype coverage are CPU's: integer division by zero raises (CUDA returns a bit pattern),
+  ComplexHalf pow fails (CUDA has it); only the resizing kernels refuse uint8 as CUDA's do;
 - sparse tensors are refused.
 """
 
