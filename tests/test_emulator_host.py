@@ -368,6 +368,28 @@ def test_an_op_with_a_meta_tensor_runs_the_meta_kernel_as_on_cuda() -> None:
     assert x.mul_(torch.ones(4, 3, device="meta")) is x
 
 
+def test_a_module_between_meta_and_the_device() -> None:
+    """A deferred-init module as on CUDA: without a bias it runs on meta with device inputs (addmm's bias
+    goes through TensorIterator's check), `.to(device)` refuses with PyTorch's NotImplementedError
+    pointing to to_empty, to_empty materialises it, and to_empty back to meta gives meta tensors (a
+    device tensor's `empty_like(..., device="meta")` is a meta tensor)."""
+    dev = emulator.device()
+    x = torch.ones(4, 3, device=dev)
+    assert torch.nn.Linear(3, 2, bias=False, device="meta")(x).shape == (4, 2)
+    model = torch.nn.Linear(3, 2, device="meta")
+    with pytest.raises(RuntimeError, match=r"^Tensor on device meta is not on the expected device emulated:0!$"):
+        model(x)
+    with pytest.raises(NotImplementedError, match=r"Cannot copy out of meta tensor; no data! Please use "
+                                                  r"torch\.nn\.Module\.to_empty\(\)"):
+        model.to(dev)
+    model.to_empty(device=dev)
+    assert model.weight.device == dev
+    assert model(x).device == dev
+    model.to_empty(device="meta")
+    assert model.weight.device.type == "meta"
+    assert torch.empty_like(x, device="meta").device.type == "meta"
+
+
 # ---- random numbers and scalars ---------------------------------------------------------------------
 
 

@@ -52,9 +52,9 @@ def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any
     if rule == "special":
         try:
             return SPECIAL[func](func, args, kwargs)
-        except RuntimeError:
-            if not _has_meta(args, kwargs):
-                raise
+        except RuntimeError as e:
+            if type(e) is not RuntimeError or not _has_meta(args, kwargs):
+                raise  # NotImplementedError & co. are the op's own answer (meta.to(device): no data)
             return with_meta(func, args, kwargs)
     if rule == "composite":
         # CUDA has no kernel of its own: it runs PyTorch's composite kernel, whose parts each check
@@ -117,7 +117,9 @@ def with_meta(func: Any, args: Any, kwargs: Any) -> Any:
     try:
         out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
     except RuntimeError as e:
-        raise RuntimeError(str(e).replace("device cpu", f"device {NAME}:{index}")) from None
+        if "device cpu" not in str(e):
+            raise
+        raise type(e)(str(e).replace("device cpu", f"device {NAME}:{index}")) from None
 
     def wrap(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":

@@ -235,7 +235,8 @@ def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
         # new_empty_strided, empty_like(..., device=...) & co.: the result goes where `device` says
         target = torch.device(kwargs["device"])
         index = resolve(target) if target.type == NAME else None
-        cpu_kwargs["device"] = torch.device("cpu")
+        if index is not None:
+            cpu_kwargs["device"] = torch.device("cpu")  # elsewhere (meta, cpu) it stays as asked
     out = func(*cpu_args, **cpu_kwargs)
     if out is None or (type(out) in (list, tuple) and not out):
         return out  # in-place foreach ops return nothing
