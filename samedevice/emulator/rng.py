@@ -35,7 +35,7 @@ def draw(how: tuple[str, int], index: int, args: Any, kwargs: Any, run: Callable
     generator; `how` is the op's generator argument (name, position), or SEEDED."""
     device_generator = _generators[index]
     if how is SEEDED:
-        return _with_default_state(device_generator, lambda: run(args, kwargs))
+        return _lend(device_generator, torch.default_generator, lambda _: run(args, kwargs))
     name, i = how
     given = args[i] if i < len(args) else kwargs.get(name)
     if given is not None:
@@ -43,7 +43,7 @@ def draw(how: tuple[str, int], index: int, args: Any, kwargs: Any, run: Callable
         # op on the device takes a generator of the device's type only; a CPU generator is refused.
         if given.device.type != NAME:
             raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{given.device.type}'")
-        return _lend(given, lambda cpu: run(*_with(name, i, cpu, args, kwargs)))
+        return _lend(given, torch.Generator(), lambda cpu: run(*_with(name, i, cpu, args, kwargs)))
     return run(*_with(name, i, device_generator, args, kwargs))
 
 
@@ -53,28 +53,18 @@ def _with(name: str, i: int, generator: torch.Generator, args: Any, kwargs: Any)
     return args, {**kwargs, name: generator}
 
 
-def _lend(device_generator: torch.Generator, kernel: Callable[[torch.Generator], Any]) -> Any:
-    # torch.Generator(device="emulated") (guard.cpp) keeps a CPU generator's state, but its device is
-    # the emulated one, so CPU kernels refuse it: lend its state to a CPU generator and take it back
-    cpu = torch.Generator()
+def _lend(device_generator: torch.Generator, cpu: torch.Generator, kernel: Callable[[torch.Generator], Any]) -> Any:
+    """Run `kernel(cpu)` with the CPU generator `cpu` holding `device_generator`'s state, take the advanced
+    state back, and leave `cpu` as it was. CPU kernels draw from CPU generators only: the seeded ops from
+    torch.default_generator, the others from the one they are given (a device generator made by
+    torch.Generator(device="emulated"), guard.cpp, keeps a CPU state but the device's type)."""
+    saved = cpu.get_state()
     cpu.set_state(device_generator.get_state())
     try:
         return kernel(cpu)
     finally:
         device_generator.set_state(cpu.get_state())
-
-
-def _with_default_state(device_generator: torch.Generator, kernel: Callable[[], Any]) -> Any:
-    # the CPU kernel draws from torch.default_generator: lend it the device's state, take the advanced
-    # state back, and leave the CPU stream as it was
-    cpu = torch.default_generator
-    cpu_state = cpu.get_state()
-    cpu.set_state(device_generator.get_state())
-    try:
-        return kernel()
-    finally:
-        device_generator.set_state(cpu.get_state())
-        cpu.set_state(cpu_state)
+        cpu.set_state(saved)
 
 
 def randperm(n: int, *, device: Any = None, generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:

@@ -49,13 +49,6 @@ def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any
     rule = plan.rule
     if rule == "direct":
         return run_on_cpu(func, args, kwargs, _first_index(args, kwargs))
-    if rule == "special":
-        try:
-            return SPECIAL[func](func, args, kwargs)
-        except RuntimeError as e:
-            if type(e) is not RuntimeError or not _has_meta(args, kwargs):
-                raise  # NotImplementedError & co. are the op's own answer (meta.to(device): no data)
-            return with_meta(func, args, kwargs)
     if rule == "composite":
         # CUDA has no kernel of its own: it runs PyTorch's composite kernel, whose parts each check
         return func._op_dk(_composite_key(func), *args, **kwargs)
@@ -66,9 +59,13 @@ def dispatch(func: Any, args: Any, kwargs: Any, plan: Plan | None = None) -> Any
             "kernels are not emulated: the emulator holds dense, strided tensors only)"
         )
     try:
+        if rule == "special":
+            return SPECIAL[func](func, args, kwargs)
         index = check_devices(func, plan, args, kwargs)
-    except RuntimeError:
-        if not _has_meta(args, kwargs):
+    except RuntimeError as e:
+        # a device error with a meta tensor among the arguments is not CUDA's: its Meta kernel runs
+        # (NotImplementedError & co. are the op's own answer, as meta.to(device)'s "no data")
+        if type(e) is not RuntimeError or not _has_meta(args, kwargs):
             raise
         return with_meta(func, args, kwargs)
     try:
@@ -112,8 +109,8 @@ def with_meta(func: Any, args: Any, kwargs: Any) -> Any:
     forward), and a TensorIterator op raises "Tensor on device meta is not on the expected device
     cuda:0!". CPU's tensors take the same kernel, so the op runs as CPU runs it, with the device where
     CPU's result and message say cpu."""
-    index = next(t.device_index for t in tensors((args, kwargs)) if type(t) is EmulatedTensor)
     originals = {id(t.elem): t for t in tensors((args, kwargs)) if type(t) is EmulatedTensor}
+    index = next(iter(originals.values())).device_index
     try:
         out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
     except RuntimeError as e:
