@@ -11,6 +11,9 @@ docs    rewrite the generated parts of the docs pages from the code (--check: on
 
 Bad input (an unknown scenario, device, format or helper, an unreadable report, a file that exists)
 is one line on stderr and exit code 2.
+
+Only the commands that run code (tour, report, docs) import torch: `--help`, list, show, copy and
+every usage error answer at once.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from samedevice import compat, devices, emulator, registry, report
+from samedevice import devices, errors, registry
+
+if TYPE_CHECKING:
+    from samedevice import report
 
 EXPECTED_ON_CPU = "runs silently (expected on CPU)"
 
@@ -67,6 +73,8 @@ def _keep_end(text: str, room: int) -> str:
 
 
 def _broken_text(record: report.Record) -> str:
+    from samedevice import report
+
     if not record.reproduced:
         return f"NOT AS RECORDED ({record.expected} expected): {record.observed}"
     if record.observed != report.RAN:
@@ -77,6 +85,8 @@ def _broken_text(record: report.Record) -> str:
 
 
 def tour(device_name: str | None) -> int:
+    from samedevice import report
+
     name = device_name or devices.best()
     try:
         reason = devices.unavailable_reason(name)
@@ -157,12 +167,34 @@ def show(slug: str) -> int:
     return 0
 
 
+def symptoms_in_words(scenario: registry.Scenario) -> tuple[str, str]:
+    """What the broken code does on cpu, and on the accelerators (one word where they agree, the
+    exceptions named after it), as the registry records it: no device is probed."""
+    on_accelerators = {k: v for k, v in scenario.symptoms.items() if k != "cpu"}
+    common = max(on_accelerators.values(), key=list(on_accelerators.values()).count)
+    others = ", ".join(f"{k}: {v}" for k, v in on_accelerators.items() if v != common)
+    return scenario.symptoms["cpu"], common + (f"; {others}" if others else "")
+
+
 def list_scenarios() -> int:
-    kinds = registry.DEVICE_KINDS
-    slug_width = max(len(s) for s in registry.slugs()) + 1
-    print(f"{'scenario':{slug_width}} " + " ".join(f"{k:11}" for k in kinds) + " what breaks")
-    for s in registry.SCENARIOS:
-        print(f"{s.slug:{slug_width}} " + " ".join(f"{s.symptom(k):11}" for k in kinds) + f" {s.title}")
+    width = shutil.get_terminal_size((100, 24)).columns
+    rows = [(s.slug, *symptoms_in_words(s), (f"[{s.min_devices} devices] " if s.min_devices > 1 else "") + s.title)
+            for s in registry.SCENARIOS]
+    header = ("scenario", "cpu", "accelerators", "what breaks")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    indent = sum(widths) + 6
+    room = width - indent
+    for row in [header, *rows]:
+        left = "  ".join(f"{cell:{w}}" for cell, w in zip(row, widths))
+        if room < 30:  # a narrow terminal: the title on lines of its own
+            print(left.rstrip())
+            print(textwrap.fill(row[3], width, initial_indent="    ", subsequent_indent="    "))
+            continue
+        title = textwrap.wrap(row[3], room) or [""]
+        print(f"{left}  {title[0]}")
+        for more in title[1:]:
+            print(" " * indent + more)
+    print("\n" + textwrap.fill(f"{len(rows)} scenarios; `samedevice show <scenario>` prints one's lesson.", width))
     return 0
 
 
@@ -181,6 +213,8 @@ def _write(text: str, out: str | None) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from samedevice import report
+
     if args.compare:
         try:
             a, b = (report.load(path) for path in args.compare)
@@ -213,21 +247,41 @@ def helpers() -> list[str]:
                   if p.stem not in scenario_fixes and p.stem != "__init__")
 
 
+def _import_hint(target: Path, public: list[str]) -> str:
+    """An import of the copied file that works: from the current folder when the file is below it (a
+    script run there, `python -m`, pytest's rootdir), else with its folder put on the path."""
+    names = ", ".join(public)
+    if not target.stem.isidentifier():
+        return f"rename it to a valid module name (letters, digits, _) to import it: {target.name} is not one"
+    try:
+        parts = target.resolve().relative_to(Path.cwd().resolve()).with_suffix("").parts
+    except ValueError:
+        parts = ()
+    if parts and all(part.isidentifier() for part in parts):
+        return f"use it with: from {'.'.join(parts)} import {names}"
+    return f"use it with: from {target.stem} import {names}  (with {target.resolve().parent} on sys.path or PYTHONPATH)"
+
+
 def copy(name: str, dest: str | None, force: bool) -> int:
     if name not in helpers():
         raise UsageError(f"copy: unknown helper {name!r}; the helpers are: {', '.join(helpers())}")
     source = registry.ROOT / "fixes" / f"{name}.py"
     target = Path(dest) if dest is not None else Path(f"{name}.py")
-    if target.is_dir():
+    # a folder: one that exists, a trailing slash, or a name that is not a .py file (created if new)
+    if dest is not None and (target.is_dir() or dest.endswith(("/", os.sep)) or target.suffix != ".py"):
+        if target.exists() and not target.is_dir():
+            raise UsageError(f"copy: {target} is a file, not a folder; name a .py file or a folder")
+        target.mkdir(parents=True, exist_ok=True)
         target = target / source.name
     if target.exists() and not force:
         raise UsageError(f"copy: {target} exists; pass --force to overwrite it")
     if not target.parent.is_dir():
-        raise UsageError(f"copy: folder {target.parent} does not exist")
+        raise UsageError(f"copy: folder {target.parent} does not exist; name the folder ({target.parent}/) "
+                         "to have it created")
     shutil.copyfile(source, target)
     public = [node.name for node in ast.parse(source.read_text()).body
               if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
-    print(f"wrote {target.resolve()}\nuse it with: from {target.stem} import {', '.join(public)}")
+    print(f"wrote {target.resolve()}\n{_import_hint(target, public)}")
     return 0
 
 
@@ -274,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "docs":
             return docs(args.check)
         return list_scenarios()
-    except (UsageError, compat.UnsupportedTorchError, emulator.EmulatorUnavailableError) as e:
+    except (UsageError, errors.UnsupportedTorchError, errors.EmulatorUnavailableError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyError as e:  # registry.get: an unknown scenario

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from samedevice.errors import UnsupportedTorchError as UnsupportedTorchError
+
 TESTED = ("2.13",)  # the minor versions the test suite ran on; pyproject.toml declares the same range
 
 # (module, attribute) pairs the emulator reaches into, and why
@@ -29,10 +31,6 @@ PRIVATE_APIS = (
     ("torch._C", "_construct_storage_from_data_pointer"),  # a device storage over host memory (storage.py)
 )
 NATIVE_FUNCTIONS = Path("packaged", "ATen", "native", "native_functions.yaml")  # inside torchgen
-
-
-class UnsupportedTorchError(RuntimeError):
-    """This torch lacks a private API the emulator needs."""
 
 
 class UntestedTorchWarning(UserWarning):

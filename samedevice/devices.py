@@ -1,26 +1,37 @@
-"""Device discovery: which of cpu, the emulated accelerator and the real accelerators this host has."""
+"""Device discovery: which of cpu, the emulated accelerator and the real accelerators this host has.
+
+The names and `parse` need no torch (the command line checks `--devices` before it loads torch);
+every question about the host imports it."""
 
 from __future__ import annotations
 
 import os
 import platform
+from typing import TYPE_CHECKING
 
-import torch
-
-from samedevice import emulator
+if TYPE_CHECKING:
+    import torch
 
 KNOWN = ("cpu", "emulated", "cuda", "mps", "xpu")
 ACCELERATORS = ("cuda", "mps", "xpu")
 
 
-def unavailable_reason(name: str) -> str | None:
-    """None when the device kind `name` works here, else one line saying why not."""
+def _check_known(name: str) -> None:
     if name not in KNOWN:
         raise ValueError(f"unknown device {name!r}; valid names: {', '.join(KNOWN)}")
+
+
+def unavailable_reason(name: str) -> str | None:
+    """None when the device kind `name` works here, else one line saying why not."""
+    _check_known(name)
     if name == "cpu":
         return None
     if name == "emulated":
+        from samedevice import emulator
+
         return emulator.unavailable_reason()
+    import torch
+
     backend = getattr(torch, name, None)
     if backend is None or not backend.is_available():
         return f"{name.upper()} is not available on this host"
@@ -28,11 +39,13 @@ def unavailable_reason(name: str) -> str | None:
 
 
 def parse(value: str) -> list[str]:
-    """Comma-separated device kinds ("cpu,emulated"), each one known; ValueError naming an unknown one."""
+    """Comma-separated device kinds ("cpu,emulated"), each one known; ValueError naming an unknown one,
+    and for a value that names none (`--devices=` would otherwise read as the default matrix)."""
     names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"no device named in {value!r}; give one or more of {', '.join(KNOWN)}, comma-separated")
     for name in names:
-        if name not in KNOWN:
-            raise ValueError(f"unknown device {name!r}; valid names: {', '.join(KNOWN)}")
+        _check_known(name)
     return names
 
 
@@ -44,6 +57,8 @@ def describe(name: str) -> str:
         return "the emulated accelerator (CPU-backed)"
     if name == "mps":
         return "Apple GPU (MPS)"
+    import torch
+
     backend = getattr(torch, name)
     return str(backend.get_device_name(0)) if hasattr(backend, "get_device_name") else name
 
@@ -55,6 +70,10 @@ def present() -> list[str]:
 
 def resolve(name: str) -> torch.device:
     """The torch.device for a device kind name (index 0)."""
+    import torch
+
+    from samedevice import emulator
+
     reason = unavailable_reason(name)
     if reason:
         raise RuntimeError(reason)
@@ -65,6 +84,10 @@ def resolve(name: str) -> torch.device:
 
 def count(name: str) -> int:
     """How many devices of the kind `name` this host can train on (0 where it has none)."""
+    import torch
+
+    from samedevice import emulator
+
     if unavailable_reason(name) is not None:
         return 0
     if name == "cpu":

@@ -233,13 +233,16 @@ def peak(device: torch.device) -> int | None:
 
 
 @contextmanager
-def memory_budget(device: torch.device, free: int) -> Iterator[None]:
+def memory_budget(device: torch.device, free: int, device_size: int | None = None) -> Iterator[None]:
     """A device with only `free` more bytes for this block: past it, torch.OutOfMemoryError. On the
-    emulated device a capacity; on CUDA the caching allocator's per-process fraction (its reserve
-    counts, so the cache is emptied first); elsewhere no limit."""
+    emulated device a capacity (of `device_size` bytes, the rest held by other processes, when given);
+    on CUDA the caching allocator's per-process fraction (its reserve counts, so the cache is emptied
+    first); elsewhere no limit."""
     gc.collect()  # tensors that only a dead traceback's frames still hold are not the run's to count
     if device.type == "emulated":
-        emulator.set_capacity(device, emulator.memory_allocated(device) + free)
+        mine = emulator.memory_allocated(device) + free
+        size = mine if device_size is None else max(device_size, mine)
+        emulator.set_capacity(device, size, used_elsewhere=size - mine)
         try:
             yield
         finally:

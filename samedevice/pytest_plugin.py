@@ -19,6 +19,7 @@ turns the whole plugin off.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Generator
 
 import pytest
@@ -66,6 +67,16 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(e)) from None
     config.stash[_SELECTED] = selected
     config.stash[_ERRORS] = {}
+    _hide_emulator_frames()
+
+
+def _hide_emulator_frames() -> None:
+    """Leave the emulator's own frames out of a failing test's traceback, so that it ends, as on CUDA,
+    at the PyTorch call that raised: pytest skips the frames of a module whose globals hold a true
+    `__tracebackhide__`. `--fulltrace` shows them."""
+    for name, module in list(sys.modules.items()):
+        if name == "samedevice.emulator" or name.startswith("samedevice.emulator."):
+            module.__tracebackhide__ = True  # type: ignore[attr-defined]
 
 
 def _ours(metafunc: pytest.Metafunc, name: str) -> bool:
@@ -146,3 +157,4 @@ def pytest_runtest_makereport(
         if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
             report.sections.append(("device audit", found))
     return report
+

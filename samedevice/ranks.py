@@ -39,6 +39,9 @@ import torch._C._distributed_c10d as c10d
 from samedevice import emulator, harness, registry
 
 TIMEOUT_S = 60.0
+# an emulated peer device's size in own_device_only: its out-of-memory message then reads as a real
+# GPU's that another rank fills ("total capacity of 8.00 GiB of which 0 bytes is free")
+PEER_DEVICE_SIZE = 8 * 2**30
 _ERRORS: dict[str, type[BaseException]] = {
     "OutOfMemoryError": torch.OutOfMemoryError,
     "RuntimeError": RuntimeError,
@@ -81,7 +84,7 @@ def own_device_only(device: torch.device, world_size: int) -> Iterator[None]:
         if device.type != "cpu":
             for rank in range(world_size):
                 if rank != device.index:
-                    stack.enter_context(harness.memory_budget(device_of(device.type, rank), 0))
+                    stack.enter_context(harness.memory_budget(device_of(device.type, rank), 0, PEER_DEVICE_SIZE))
         yield
 
 

@@ -7,10 +7,14 @@ module does on each device kind.
 `ROOT` is the folder that holds `cases/`, `fixes/` and `docs/`: the checkout when running from one,
 else the copy installed inside the package (`samedevice/_catalog/`, see pyproject.toml), so the
 catalog works the same after a plain `pip install`.
+
+Reading the catalog (slugs, titles, symptoms, lessons, diffs) needs no torch, so `samedevice list`
+and `show` answer at once; running a scenario (`case()`, `fix()`, `expected_error`) imports it.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import re
@@ -18,10 +22,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-
-import torch
+from typing import TYPE_CHECKING
 
 from samedevice import devices
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _catalog_root() -> Path:
@@ -33,23 +39,36 @@ def _catalog_root() -> Path:
 
 ROOT = _catalog_root()
 
-# symptom kind -> (exception type, regex its message must match); None: the broken code runs.
-SYMPTOMS: dict[str, tuple[type[BaseException], str] | None] = {
+# symptom kind -> (exception type's name, regex its message must match); None: the broken code runs.
+SYMPTOMS: dict[str, tuple[str, str] | None] = {
     # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
     # and convolution's composite checks the parameters' type against the input's (Convolution.cpp);
     # advanced indexing checks its indices itself (TensorAdvancedIndexing.cpp,
     # check_indices_on_cpu_or_selfdevice)
-    "mismatch": (RuntimeError, r"Expected all tensors to be on the same device"
+    "mismatch": ("RuntimeError", r"Expected all tensors to be on the same device"
                                r"|Placeholder storage has not been allocated on MPS device"
                                r"|Input type \(.*\) and (weight|bias) type \(.*\) should be the same"
                                r"|indices should be either on cpu or on the same device as the indexed tensor"),
-    "deserialize": (RuntimeError, r"Attempting to deserialize object on"),
-    "rng": (TypeError, r"RNG state must be a torch\.ByteTensor"),
-    "oom": (torch.OutOfMemoryError, r"out of memory"),
+    "deserialize": ("RuntimeError", r"Attempting to deserialize object on"),
+    "rng": ("TypeError", r"RNG state must be a torch\.ByteTensor"),
+    "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
 }
 DEVICE_KINDS = ("cpu", "emulated", "cuda", "mps", "xpu")
+
+
+def expected(symptom: str) -> tuple[type[BaseException], str] | None:
+    """The exception type and message pattern of a symptom kind (SYMPTOMS, with the type itself)."""
+    entry = SYMPTOMS[symptom]
+    if entry is None:
+        return None
+    name, pattern = entry
+    if name.startswith("torch."):
+        import torch
+
+        return getattr(torch, name.removeprefix("torch.")), pattern
+    return {"RuntimeError": RuntimeError, "TypeError": TypeError}[name], pattern
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,7 @@ class Scenario:
         return self.symptoms[device_kind]
 
     def expected_error(self, device_kind: str) -> tuple[type[BaseException], str] | None:
-        return SYMPTOMS[self.symptom(device_kind)]
+        return expected(self.symptom(device_kind))
 
     def case(self) -> ModuleType:
         return _load("cases", self.slug)
@@ -94,8 +113,8 @@ class Scenario:
         return check(device) if check is not None else None
 
     def lesson(self) -> str:
-        """The module docstring: Symptom, Cause, Fix."""
-        return (self.case().__doc__ or "").strip()
+        """The broken module's docstring: Symptom, Cause, Fix (read from the file, not imported)."""
+        return (ast.get_docstring(ast.parse(_path("cases", self.slug).read_text())) or "").strip()
 
 
 def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
@@ -169,15 +188,22 @@ def get(slug: str) -> Scenario:
     for s in SCENARIOS:
         if s.slug == slug:
             return s
-    raise KeyError(f"unknown scenario {slug!r}; the catalog has: {', '.join(slugs())}")
+    near = [s for s in slugs() if slug and slug in s] or difflib.get_close_matches(slug, slugs(), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    raise KeyError(f"unknown scenario {slug!r}; {hint}`samedevice list` shows all {len(SCENARIOS)}")
+
+
+def _path(folder: str, name: str) -> Path:
+    path = ROOT / folder / f"{name}.py"
+    if not re.fullmatch(r"[a-z0-9_]+", name) or not path.exists():
+        raise FileNotFoundError(f"{folder}/{name}.py does not exist in the catalog ({ROOT})")
+    return path
 
 
 def _load(folder: str, name: str) -> ModuleType:
     """cases/<name>.py or fixes/<name>.py, imported as `cases.<name>` / `fixes.<name>` from the
     catalog root (so a fix reads `from fixes.optimizer_to import optimizer_to`, as a user would)."""
-    path = ROOT / folder / f"{name}.py"
-    if not re.fullmatch(r"[a-z0-9_]+", name) or not path.exists():
-        raise FileNotFoundError(f"{folder}/{name}.py does not exist in the catalog ({ROOT})")
+    _path(folder, name)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     return importlib.import_module(f"{folder}.{name}")

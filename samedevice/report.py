@@ -78,7 +78,7 @@ def reference(scenario: registry.Scenario, workdir: Path) -> dict[str, torch.Ten
 def observe(scenario: registry.Scenario, device: torch.device) -> Record:
     """Run the broken and the fixed module of `scenario` on `device` and record what happened."""
     symptom = scenario.symptom(device.type)
-    expected = registry.SYMPTOMS[symptom]
+    expected = registry.expected(symptom)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "broken").mkdir()

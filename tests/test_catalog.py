@@ -34,7 +34,7 @@ def test_broken_raises(
     """The broken module shows its recorded symptom on every accelerator."""
     _skip_unavailable(scenario, accelerator)
     symptom = scenario.symptom(accelerator.type)
-    expected = registry.SYMPTOMS[symptom]
+    expected = registry.expected(symptom)
     if expected is not None:
         error, pattern = expected
         with pytest.raises(error, match=pattern) as info:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -119,13 +120,23 @@ def test_show_names_the_source_article_by_title(capsys: pytest.CaptureFixture[st
     assert out.splitlines()[0].endswith("(source: 《恢复训练重点检查 SGD 动量缓存》)")
 
 
-def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    """`list` prints one row per scenario in the registry with its symptom per device kind."""
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_list_names_every_scenario_and_fits_the_terminal(
+    columns: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`list` names every scenario with its symptom on cpu and on the accelerators, in lines that fit the terminal."""
+    monkeypatch.setenv("COLUMNS", str(columns))
     code, out, _ = run(capsys, "list")
     assert code == 0
-    rows = out.splitlines()[1:]
-    assert [row.split()[0] for row in rows] == registry.slugs()
-    assert rows[0].split()[1:6] == [registry.SCENARIOS[0].symptom(k) for k in registry.DEVICE_KINDS]
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    starts = [line.split()[0] for line in lines[1:] if line and not line.startswith(" ")]
+    assert starts[:-1] == registry.slugs()  # the last line counts them
+    sgd = next(line for line in lines if line.startswith("sgd_momentum "))
+    assert sgd.split()[1:3] == ["none", "mismatch"]
+    pick = next(line for line in lines if line.startswith("mps_device_pick "))
+    assert "mismatch; cuda: none" in pick
+    assert lines[-1] == f"{len(registry.SCENARIOS)} scenarios; `samedevice show <scenario>` prints one's lesson."
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -222,6 +233,19 @@ def test_compare_shows_where_runners_disagree(emulated_report: dict[str, Any], c
 # ---- copy -------------------------------------------------------------------------------------
 
 
+def _import_as_hinted(out: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Run the import line `copy` printed, from the current folder, as a script started there would."""
+    hint = out.splitlines()[1]
+    assert hint.startswith("use it with: "), out
+    statement = hint.removeprefix("use it with: ").split("  (")[0]
+    monkeypatch.syspath_prepend(str(Path.cwd()))
+    for name in [m for m in sys.modules if m.split(".")[0] in {"optimizer_to", "checkpoint", "train", "new", "tools"}]:
+        monkeypatch.delitem(sys.modules, name)
+    namespace: dict[str, Any] = {}
+    exec(statement, namespace)  # the very line a user pastes
+    return namespace
+
+
 def test_copy_writes_the_helper_and_says_where(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """`copy optimizer_to` writes fixes/optimizer_to.py into the current folder and prints its path and import."""
@@ -230,11 +254,39 @@ def test_copy_writes_the_helper_and_says_where(capsys: pytest.CaptureFixture[str
     assert code == 0
     assert out == f"wrote {tmp_path / 'optimizer_to.py'}\nuse it with: from optimizer_to import optimizer_to\n"
     assert (tmp_path / "optimizer_to.py").read_text() == (registry.ROOT / "fixes" / "optimizer_to.py").read_text()
+    assert callable(_import_as_hinted(out, monkeypatch)["optimizer_to"])
     (tmp_path / "train").mkdir()
     code, out, _ = run(capsys, "copy", "checkpoint", "train")
     assert code == 0
-    assert out.startswith(f"wrote {tmp_path / 'train' / 'checkpoint.py'}\nuse it with: from checkpoint import ")
-    assert "save_checkpoint" in out
+    assert out.startswith(f"wrote {tmp_path / 'train' / 'checkpoint.py'}\nuse it with: from train.checkpoint import ")
+    assert callable(_import_as_hinted(out, monkeypatch)["save_checkpoint"])
+
+
+@pytest.mark.parametrize("dest", ["new", "new/", "tools/new/"])
+def test_copy_into_a_new_folder_creates_it(dest: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destination that does not exist yet and is not a .py file is a folder: created, the helper put in it,
+    and the import printed works."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "copy", "optimizer_to", dest)
+    assert code == 0
+    written = tmp_path / dest / "optimizer_to.py"
+    assert written.is_file()
+    assert not (tmp_path / dest.rstrip("/")).is_file()
+    assert out.splitlines()[0] == f"wrote {written}"
+    assert callable(_import_as_hinted(out, monkeypatch)["optimizer_to"])
+
+
+def test_copy_outside_the_current_folder_says_what_to_put_on_the_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copied outside the current folder, the hint names the folder the import needs on the path."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    code, out, _ = run(capsys, "copy", "optimizer_to", str(tmp_path / "elsewhere"))
+    assert code == 0
+    assert out.splitlines()[1] == (f"use it with: from optimizer_to import optimizer_to  "
+                                   f"(with {tmp_path / 'elsewhere'} on sys.path or PYTHONPATH)")
 
 
 def test_copy_overwrites_only_with_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -277,7 +329,15 @@ def _one_device(tmp: Path, name: str, kind: str) -> str:
 GOOD = {"schema": "same-device-report", "schema_version": 1, "versions": {}, "records": []}
 
 BAD_INPUT = parametrize_cases(
-    Case("unknown_slug", argv=lambda tmp: ["show", "sgd"], message="unknown scenario 'sgd'; the catalog has: "),
+    Case("unknown_slug", argv=lambda tmp: ["show", "sgd"],
+         message=r"unknown scenario 'sgd'; did you mean sgd_momentum\? `samedevice list` shows all \d+$"),
+    Case("mistyped_slug", argv=lambda tmp: ["show", "sdg_momentum"], message="did you mean sgd_momentum?"),
+    Case("unknown_slug_nothing_near", argv=lambda tmp: ["show", "xyzzy"],
+         message=r"unknown scenario 'xyzzy'; `samedevice list` shows all"),
+    Case("empty_report_devices", argv=lambda tmp: ["report", "--devices="],
+         message="samedevice report: argument --devices: no device named in ''"),
+    Case("copy_onto_a_file_as_folder", argv=lambda tmp: ["copy", "checkpoint", _report_file(tmp, "x") + "/"],
+         message=r"copy: .*r\.json is a file, not a folder"),
     Case("unknown_device", argv=lambda tmp: ["tour", "--device", "gpu"],
          message="samedevice tour: argument --device: invalid choice: 'gpu'"),
     Case("unknown_report_device", argv=lambda tmp: ["report", "--devices", "cpu,tpu"],
@@ -287,7 +347,7 @@ BAD_INPUT = parametrize_cases(
     Case("unknown_helper", argv=lambda tmp: ["copy", "optimiser_to"],
          message="copy: unknown helper 'optimiser_to'; the helpers are: checkpoint, optimizer_to"),
     Case("missing_folder", argv=lambda tmp: ["copy", "checkpoint", str(tmp / "no" / "x.py")],
-         message="copy: folder .*no does not exist"),
+         message="copy: folder .*no does not exist; name the folder .*no/\\) to have it created"),
     Case("unreadable_report", argv=lambda tmp: ["report", "--compare", str(tmp / "none.json"), str(tmp / "none.json")],
          message=r"none\.json: cannot be read \(No such file or directory\)"),
     Case("not_json", argv=lambda tmp: ["report", "--compare", _report_file(tmp, "<html>"), _report_file(tmp, "")],
@@ -316,3 +376,30 @@ def test_bad_input_is_one_line_and_exit_2(argv: Any, message: str, capsys: pytes
     assert err.startswith("error: ")
     assert re.search(message, err), err
     assert "Traceback" not in out + err
+
+
+# ---- start-up ---------------------------------------------------------------------------------
+
+NO_TORCH = """
+import contextlib, io, sys, tempfile
+from samedevice import cli
+
+commands = [["--help"], ["list"], ["show", "sgd_momentum"], ["show", "sgd"], ["tour", "--device", "gpu"],
+            ["report", "--devices="], ["copy", "optimizer_to", tempfile.mkdtemp()]]
+for argv in commands:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            cli.main(argv)
+        except SystemExit:  # --help
+            pass
+    loaded = [m for m in ("torch", "numpy", "transformers") if m in sys.modules]
+    assert not loaded, f"samedevice {' '.join(argv)} imported {loaded}"
+print("ok")
+"""
+
+
+def test_commands_that_run_no_code_do_not_import_torch() -> None:
+    """--help, list, show, copy and usage errors answer without importing torch (it takes seconds)."""
+    run = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == "ok\n"

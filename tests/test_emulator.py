@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import devices, emulator
+from samedevice.emulator import memory
 from tests.helpers import closure_step, run_python
 
 pytestmark = pytest.mark.emulator
@@ -546,6 +547,37 @@ def test_capacity_raises_out_of_memory() -> None:
     finally:
         emulator.set_capacity(dev, None)
     torch.zeros(4096, device=dev)
+
+
+@pytest.mark.parametrize(("nbytes", "text"), [(0, "0 bytes"), (1024, "1024 bytes"), (1025, "1.00 KiB"),
+                                             (2**20, "1024.00 KiB"), (3 * 2**20 // 2, "1.50 MiB"),
+                                             (2**30, "1024.00 MiB"), (79 * 2**30 // 2, "39.50 GiB")])
+def test_sizes_are_written_as_cuda_writes_them(nbytes: int, text: str) -> None:
+    """The out-of-memory message's sizes follow CUDACachingAllocator.cpp's format_size."""
+    assert memory.format_size(nbytes) == text
+
+
+def test_out_of_memory_message_reads_as_cuda_s() -> None:
+    """The message names what CUDA's names: the segment CUDA would request (2 MiB for a small tensor,
+    20 MiB below 10 MiB, else rounded to 2 MiB), the total, what is free, other processes' share and this
+    process's allocation."""
+    dev = emulator.device(1)
+    gc.collect()
+    base = emulator.memory_allocated(dev)
+    emulator.set_capacity(dev, 8 * 2**30, used_elsewhere=8 * 2**30 - base)
+    try:
+        pattern = (r"^emulated:1 out of memory\. Tried to allocate 2\.00 MiB\. Device 1 has a total capacity of "
+                   r"8\.00 GiB of which 0 bytes is free\. Other processes have .* GiB memory in use\. "
+                   r"Of the allocated memory .* is allocated by PyTorch\.$")
+        with pytest.raises(torch.OutOfMemoryError, match=pattern):
+            torch.zeros(10, device=dev)
+        for floats, segment in [(2**20, "20.00 MiB"), (3 * 2**20 + 1, "14.00 MiB")]:
+            with pytest.raises(torch.OutOfMemoryError, match=f"Tried to allocate {segment}\\."):
+                torch.empty(floats, device=dev)
+    finally:
+        emulator.set_capacity(dev, None)
+    with pytest.raises(ValueError, match="used_elsewhere=9 must lie between 0 and the capacity, 8"):
+        emulator.set_capacity(dev, 8, used_elsewhere=9)
 
 
 # ---- a transformers model ----------------------------------------------------------------

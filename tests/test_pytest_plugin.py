@@ -48,6 +48,19 @@ def test_mismatch_failure_names_the_tensor(pytester: pytest.Pytester) -> None:
                                   r"\s+batch\['x'\] is on cpu \(shape \(1, 2\)\)"])
 
 
+@pytest.mark.emulator
+def test_failure_traceback_ends_at_pytorch_not_in_the_emulator(pytester: pytest.Pytester) -> None:
+    """A failing test's traceback ends, as on CUDA, at the PyTorch call that raised (linear.py's
+    forward); the emulator's frames are hidden unless --fulltrace asks for them."""
+    result = _inner(pytester, FAILING_TEST, "--devices=emulated")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "samedevice/emulator" not in out
+    result.stdout.re_match_lines([r".*torch/nn/modules/linear\.py:\d+: RuntimeError$"])
+    full = _inner(pytester, FAILING_TEST, "--devices=emulated", "--fulltrace")
+    assert "samedevice/emulator/rules.py" in full.stdout.str()
+
+
 PASSING_TEST = """
 def test_uses_devices(device):
     assert device.type in ("cpu", "emulated", "cuda", "mps", "xpu")
@@ -62,6 +75,15 @@ def test_unknown_device_is_a_usage_error(pytester: pytest.Pytester, option: str)
     result.stderr.fnmatch_lines(
         [f"*argument {option}: unknown device 'gpu0'; valid names: cpu, emulated, cuda, mps, xpu"]
     )
+    assert "Traceback" not in result.stderr.str()
+
+
+@pytest.mark.parametrize("value", ["", ",", " "])
+def test_devices_naming_nothing_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    """`--devices=` with no name is refused with one line, not taken as the default matrix."""
+    result = _inner(pytester, PASSING_TEST, f"--devices={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*argument --devices: no device named in *; give one or more of cpu, emulated*"])
     assert "Traceback" not in result.stderr.str()
 
 

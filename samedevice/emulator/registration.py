@@ -12,13 +12,11 @@ from typing import Any
 
 import torch
 
+from samedevice.errors import EmulatorUnavailableError as EmulatorUnavailableError
+
 NAME = "emulated"
 DEVICE_COUNT = 2
 ABSENT_ENV = "SAMEDEVICE_EMULATOR_ABSENT"  # "1": this process plays a host without the accelerator
-
-
-class EmulatorUnavailableError(RuntimeError):
-    """PrivateUse1 is already taken by another backend, so the emulator cannot register."""
 
 
 # ---- the absent host ----------------------------------------------------------------------------
