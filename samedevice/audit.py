@@ -51,10 +51,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["Finding", "Misplaced", "Repair", "annotate", "is_device_mismatch", "misplaced", "register", "repair",
-           "report", "structure", "take"]
+__all__ = ["Finding", "Misplaced", "Repair", "annotate", "is_device_mismatch", "misplaced", "nothing_misplaced",
+           "register", "repair", "report", "structure", "take"]
 
-OPTIMIZER_TO = "optimizer_to(optimizer) (fixes/optimizer_to.py), or load the optimizer state after model.to(device)"
+OPTIMIZER_TO = ("optimizer_to(optimizer) (`samedevice copy optimizer_to` writes it into your project), "
+                "or load the optimizer state after model.to(device)")
+SHOWN = 4  # a report names this many tensors of those that share a fix, then counts the rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +135,22 @@ def structure(**objects: object) -> list[Finding]:
 
 
 def report(device: torch.device | str, /, **objects: object) -> str:
-    """`misplaced` and `structure` as text, one finding a line under a heading, each with its fix;
-    empty when every tensor is on `device` and nothing is stranded, orphaned or missing."""
+    """`misplaced` and `structure` as text under a heading each: the tensors that share a fix in one
+    group (the first SHOWN named, the rest counted), the fix said once below the group; empty when
+    every tensor is on `device` and nothing is stranded, orphaned or missing."""
     found = misplaced(device, **objects)
     lines = []
     if found:
         target = _normalize(torch.device(device))
         lines.append(f"{len(found)} tensor{'s' if len(found) > 1 else ''} not on {target}:")
-        lines += [f"    {item}\n        fix: {item.fix}" for item in found]
+        groups: dict[str, list[Misplaced]] = {}
+        for item in found:
+            groups.setdefault(item.fix, []).append(item)
+        for fix, items in groups.items():
+            lines += [f"    {item}" for item in items[:SHOWN]]
+            if len(items) > SHOWN:
+                lines.append(f"    ... and {len(items) - SHOWN} more with the same fix (audit.misplaced lists each)")
+            lines.append(f"        fix{f' for these {len(items)}' if len(items) > 1 else ''}: {fix}")
     problems = structure(**objects)
     if problems:
         lines.append(f"{len(problems)} structural problem{'s' if len(problems) > 1 else ''}:")
@@ -311,7 +321,8 @@ class _Walker:
     def roots(self, objects: Mapping[str, object]) -> Iterator[_Found]:
         for name, obj in objects.items():
             fix = (f"{name} = {name}.to(device)" if isinstance(obj, torch.Tensor)
-                   else f"move it where it is made: {name} = move_to({name}, device) (fixes/batch_not_moved.py)")
+                   else f"move it where it is made: {name} = move_to({name}, device), which moves every tensor at "
+                        "every level (`samedevice show batch_not_moved` prints it)")
             yield from self.walk(obj, name, _Held("batch", fix))
 
     def walk(self, obj: object, path: str, held: _Held, step_rule: bool = False) -> Iterator[_Found]:
@@ -474,9 +485,7 @@ def annotate(device: torch.device | str, /, **objects: object) -> Iterator[None]
         yield
     except RuntimeError as error:
         if is_device_mismatch(error):
-            text = report(device, **objects)
-            if text:
-                _add_note(error, text)
+            _add_note(error, report(device, **objects) or nothing_misplaced(device))
         raise
 
 
@@ -494,7 +503,19 @@ def register(node: object, device: torch.device | str, /, **objects: object) -> 
 
 
 def take(node: object) -> str:
-    """The report for everything registered on `node`, now (empty when nothing is misplaced), and
-    forget it. A pytest hook calls this once per test, after the call phase, failed or not."""
+    """The report for everything registered on `node`, now, and forget it: empty when nothing was
+    registered; `nothing_misplaced` when all of it is in place. A pytest hook calls this once per test,
+    after the call phase, failed or not."""
     entries = _registered.pop(getattr(node, "node", node), [])
-    return "\n".join(text for device, objects in entries if (text := report(device, **objects)))
+    text = "\n".join(text for device, objects in entries if (text := report(device, **objects)))
+    return text or (nothing_misplaced(entries[0][0]) if entries else "")
+
+
+def nothing_misplaced(device: torch.device | str) -> str:
+    """What to say when a device mismatch was raised but every tensor the audit was given is in place:
+    what it cannot see, and the likeliest cause of that."""
+    target = _normalize(torch.device(device))
+    return (f"every tensor the audit was given is on {target}. It cannot see a tensor made during the failing "
+            "call: a factory without device= inside forward (torch.zeros, torch.arange, torch.tensor, "
+            "torch.from_numpy) makes it on cpu; `samedevice show factory_in_forward` shows the fix. Else the "
+            "tensor is held by an object not passed to the audit.")

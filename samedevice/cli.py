@@ -144,7 +144,10 @@ def render_markdown(text: str, width: int) -> str:
 
 
 # the two articles the catalog started from, by title (docs/guide/sources.md)
-ARTICLES = {"000 seed": "《PyTorch 训练恢复时解决设备不一致错误》", "002 seed": "《恢复训练重点检查 SGD 动量缓存》",
+ARTICLES = {"000 seed": '《PyTorch 训练恢复时解决设备不一致错误》 ("PyTorch: fixing the device-mismatch error when '
+                        'resuming training")',
+            "002 seed": '《恢复训练重点检查 SGD 动量缓存》 ("when resuming training, check the SGD momentum buffers '
+                        'first")',
             "both seeds": "both source articles"}
 
 

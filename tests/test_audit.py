@@ -370,7 +370,8 @@ def test_training_setup_built_on_the_device_is_clean(device: torch.device) -> No
 # ---- reporting ------------------------------------------------------------------------------
 
 
-MOVE_BATCH = "move it where it is made: batch = move_to(batch, device) (fixes/batch_not_moved.py)"
+MOVE_BATCH = ("move it where it is made: batch = move_to(batch, device), which moves every tensor at every level "
+              "(`samedevice show batch_not_moved` prints it)")
 
 
 def test_report_lists_one_tensor_a_line_with_its_fix() -> None:
@@ -380,6 +381,49 @@ def test_report_lists_one_tensor_a_line_with_its_fix() -> None:
     assert audit.report(dev, batch={"x": torch.ones(2, 3)}) == (
         f"1 tensor not on emulated:0:\n    batch['x'] is on cpu (shape (2, 3))\n        fix: {MOVE_BATCH}"
     )
+
+
+def test_report_groups_the_tensors_that_share_a_fix() -> None:
+    """A wrong-order Adam resume leaves every moment on CPU: the report names a few, counts the rest and
+    says the fix once, by a command that puts the helper into the user's project."""
+    dev = emulator.device()
+    model = nn.Sequential(nn.Linear(3, 4), *[nn.Linear(4, 4) for _ in range(4)])
+    optimizer = _resume(model, lambda params: torch.optim.Adam(params, lr=0.1), dev, broken=True)
+    found = audit.misplaced(dev, model=model, optimizer=optimizer)
+    assert len(found) == 20  # exp_avg and exp_avg_sq of ten parameters; `step` stays on CPU by PyTorch's rule
+    lines = audit.report(dev, model=model, optimizer=optimizer).splitlines()
+    assert lines[0] == "20 tensors not on emulated:0:"
+    assert lines[1:5] == [f"    {item}" for item in found[:audit.SHOWN]]
+    assert lines[5] == "    ... and 16 more with the same fix (audit.misplaced lists each)"
+    assert lines[6] == f"        fix for these 20: {audit.OPTIMIZER_TO}"
+    assert len(lines) == 7
+    assert "`samedevice copy optimizer_to`" in audit.OPTIMIZER_TO
+
+
+def test_no_fix_names_a_file_of_this_repository() -> None:
+    """A fix names code the user has or can get (`samedevice copy`, `samedevice show`), never a path here."""
+    dev = emulator.device()
+    fc, optimizer = _stepped_on_cpu()
+    with torch.device("meta"):
+        meta = nn.Linear(2, 2)
+    found = audit.misplaced(dev, fc=fc, optimizer=optimizer, batch={"x": torch.ones(1)}, x=torch.ones(1),
+                            meta=meta, model=Stranded())
+    assert {item.kind for item in found} >= {"module", "batch", "stranded"}
+    for item in found:
+        assert "fixes/" not in item.fix, item
+        assert "cases/" not in item.fix, item
+
+
+def test_annotate_says_what_it_cannot_see() -> None:
+    """When every tensor passed is in place, the note says the culprit was made during the call, as a
+    factory without device= in forward makes it, and names the scenario."""
+    dev = emulator.device()
+    fc = nn.Linear(3, 3).to(dev)
+    with pytest.raises(RuntimeError, match=SAME) as info, audit.annotate(dev, fc=fc):
+        fc(torch.ones(2, 3, device=dev)) + torch.arange(3.0)  # the arange is made on cpu, inside the call
+    notes = "\n".join(info.value.__notes__)
+    assert notes.startswith("every tensor the audit was given is on emulated:0.")
+    assert "`samedevice show factory_in_forward`" in notes
 
 
 def test_annotate_adds_the_audit_to_the_mismatch_error() -> None:
@@ -409,8 +453,8 @@ def test_register_and_take(request: pytest.FixtureRequest) -> None:
     audit.register(request, dev, batch=batch)
     batch["y"] = torch.ones(1)  # audited when taken, as the test left things
     assert audit.take(request.node) == (
-        f"2 tensors not on emulated:0:\n    batch['x'] is on cpu (shape (2,))\n        fix: {MOVE_BATCH}"
-        f"\n    batch['y'] is on cpu (shape (1,))\n        fix: {MOVE_BATCH}"
+        f"2 tensors not on emulated:0:\n    batch['x'] is on cpu (shape (2,))"
+        f"\n    batch['y'] is on cpu (shape (1,))\n        fix for these 2: {MOVE_BATCH}"
     )
     assert audit.take(request.node) == ""
 

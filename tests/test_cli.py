@@ -115,9 +115,10 @@ def test_show_renders_the_lesson_markdown(
 
 
 def test_show_names_the_source_article_by_title(capsys: pytest.CaptureFixture[str]) -> None:
-    """`show` names the article a scenario comes from by its title."""
+    """`show` names the article a scenario comes from by its title, with an English gloss."""
     out = run(capsys, "show", "sgd_momentum")[1]
-    assert out.splitlines()[0].endswith("(source: 《恢复训练重点检查 SGD 动量缓存》)")
+    assert out.splitlines()[0].endswith(
+        '(source: 《恢复训练重点检查 SGD 动量缓存》 ("when resuming training, check the SGD momentum buffers first"))')
 
 
 @pytest.mark.parametrize("columns", [80, 100, 160])

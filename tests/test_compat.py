@@ -37,6 +37,15 @@ def test_pyproject_declares_the_tested_range() -> None:
     assert compat.TESTED == ("2.13",)
 
 
+def test_readme_installs_torch_in_the_tested_range() -> None:
+    """Every `pip install ... torch` line in the README pins the tested range, as a user would type it."""
+    lines = [line for line in (registry.ROOT / "README.md").read_text().splitlines()
+             if "pip install" in line and "torch" in line]
+    assert lines
+    for line in lines:
+        assert '"torch>=2.13,<2.14"' in line, line
+
+
 def test_untested_torch_warns_once(fresh_check: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a torch outside the tested range, the first check warns, naming the tested versions; later ones are quiet."""
     monkeypatch.setattr(torch, "__version__", "2.14.0")

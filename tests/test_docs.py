@@ -4,6 +4,7 @@ diffs and the code blocks are checked here."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from pytest_parametrize_cases import Case, parametrize_cases
@@ -77,3 +78,28 @@ def test_site_navigation_lists_every_scenario() -> None:
     assert docs.nav(text) == text, "mkdocs.yml is stale: run `python -m samedevice docs`"
     pages = [line.rsplit(": ", 1)[1] for line in text.splitlines() if line.startswith(" " * 6) and line.endswith(".md")]
     assert pages == [f"{slug}.md" for slug in registry.slugs()]
+
+
+def test_site_needs_no_other_host(tmp_path: Path) -> None:
+    """The built site loads no script or stylesheet from another host (it reads offline), highlights its
+    code at build time, and wraps long lines such as a captured error instead of hiding their end."""
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    build(load_config(str(docs.SITE), site_dir=str(tmp_path / "site")))
+    page = (tmp_path / "site" / "sgd_momentum" / "index.html").read_text()
+    fetched = re.findall(r'<(?:script|link)\b[^>]*?(?:src|href)="(https?://[^"]+)"', page)
+    assert fetched == []
+    assert 'class="codehilite"' in page
+    assert re.search(r'<link href="\.\./css/site\.css" rel="stylesheet"', page)
+    css = (tmp_path / "site" / "css" / "site.css").read_text()
+    assert re.search(r"pre, pre code \{\s*white-space: pre-wrap;", css)
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in (registry.ROOT / "docs").glob("*.md")))
+def test_article_titles_carry_an_english_gloss(page: str) -> None:
+    """A page that names a source article by its Chinese title glosses it in English at the first mention."""
+    text = (registry.ROOT / "docs" / page).read_text()
+    for title in re.findall(r"《[^》]+》", text):
+        first = text.index(title) + len(title)
+        assert text[first:].startswith(' ("'), f"docs/{page}: {title} has no English gloss at its first mention"

@@ -48,6 +48,39 @@ def test_mismatch_failure_names_the_tensor(pytester: pytest.Pytester) -> None:
                                   r"\s+batch\['x'\] is on cpu \(shape \(1, 2\)\)"])
 
 
+FACTORY_TEST = '''
+import torch
+from samedevice import audit
+
+
+class Shifted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x) + torch.arange(3.0)
+
+
+def test_forward(device, request):
+    model = Shifted().to(device)
+    x = torch.ones(2, 3, device=device)
+    audit.register(request, device, model=model, x=x)
+    model(x)
+'''
+
+
+@pytest.mark.emulator
+def test_audit_of_a_tensor_made_inside_forward_says_what_it_cannot_see(pytester: pytest.Pytester) -> None:
+    """When the culprit is made inside forward, the device audit says every registered tensor is in place,
+    that it cannot see one made during the call, and points at factory_in_forward."""
+    result = _inner(pytester, FACTORY_TEST, "--devices=cpu,emulated")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.re_match_lines([r"-+ device audit -+",
+                                  r"every tensor the audit was given is on emulated:0\. It cannot see a tensor made "
+                                  r"during the failing call.*`samedevice show factory_in_forward`.*"])
+
+
 @pytest.mark.emulator
 def test_failure_traceback_ends_at_pytorch_not_in_the_emulator(pytester: pytest.Pytester) -> None:
     """A failing test's traceback ends, as on CUDA, at the PyTorch call that raised (linear.py's
