@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import inspect
 import io
+import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -626,31 +627,58 @@ def test_moving_back_to_cpu_replaces_parameters() -> None:
     assert model.weight.device.type == "cpu"
 
 
-def test_backward_on_the_guard_less_fallback_is_limited_to_index_0() -> None:
+# The compiler-less fallback (PyTorch's Python device guard and hooks) in one process, each departure's
+# snippet run in turn and its outcome printed: "[name] ran" or "[name] ErrorType: message".
+GUARDLESS = {
+    "backward_on_index_1": "w = torch.ones(2, device=emulator.device(0), requires_grad=True); (w * 2).sum().backward(); "
+                           "print('index 0 ok'); print('trainable', emulator.trainable_device_count()); "
+                           "w = torch.ones(2, device=emulator.device(1), requires_grad=True); (w * 2).sum().backward()",
+    "device_generator": "torch.Generator(device=emulator.device())",
+    "pin_memory": "emulator.device(); torch.ones(2).pin_memory()",
+}
+GUARDLESS_RUN = """
+import torch
+from samedevice import emulator
+for name, code in SNIPPETS.items():
+    try:
+        exec(code)
+        print(f"[{name}] ran", flush=True)
+    except Exception as e:
+        print(f"[{name}] {type(e).__name__}: {' '.join(str(e).split())}", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def guardless() -> subprocess.CompletedProcess[str]:
+    """One process on the compiler-less fallback (SAMEDEVICE_EMULATOR_GUARD=python) that ran every snippet."""
+    return run_python(f"SNIPPETS = {GUARDLESS!r}\n{GUARDLESS_RUN}", SAMEDEVICE_EMULATOR_GUARD="python")
+
+
+def _outcome(run: subprocess.CompletedProcess[str], name: str) -> str:
+    assert run.returncode == 0, run.stderr[-3000:]
+    return next(line for line in run.stdout.splitlines() if line.startswith(f"[{name}] "))
+
+
+def test_backward_on_the_guard_less_fallback_is_limited_to_index_0(guardless: subprocess.CompletedProcess[str]) -> None:
     """Departure, without a C++ compiler only: PyTorch's Python device guard keeps one current device
     and one autograd queue, so backward on emulated:1 fails; the emulator says so in one line."""
-    code = ("import torch; from samedevice import emulator; w = torch.ones(2, device=emulator.device(0), "
-            "requires_grad=True); (w * 2).sum().backward(); print('index 0 ok');"
-            "print('trainable', emulator.trainable_device_count());"
-            "w = torch.ones(2, device=emulator.device(1), requires_grad=True); (w * 2).sum().backward()")
-    done = run_python(code, SAMEDEVICE_EMULATOR_GUARD="python")
-    assert "index 0 ok" in done.stdout
-    assert "trainable 1" in done.stdout
-    assert done.returncode != 0
-    assert "device_ready_queues_" in done.stderr
-    notes = [line for line in done.stderr.splitlines() if line.startswith("samedevice:")]
+    assert "index 0 ok" in guardless.stdout
+    assert "trainable 1" in guardless.stdout
+    assert _outcome(guardless, "backward_on_index_1").startswith("[backward_on_index_1] RuntimeError: ")
+    assert "device_ready_queues_" in _outcome(guardless, "backward_on_index_1")
+    notes = [line for line in guardless.stderr.splitlines() if line.startswith("samedevice:")]
     assert notes == ["samedevice: emulated accelerator without its C++ device guard "
                      "(SAMEDEVICE_EMULATOR_GUARD=python is set); one current device, backward on emulated:0 "
                      "only, no device generators, no pinned memory"]
 
 
-@pytest.mark.parametrize("code", ["torch.Generator(device=emulator.device())", "emulator.device(); torch.ones(2).pin_memory()"])
-def test_generators_and_pinned_memory_need_the_cpp_hooks(code: str) -> None:
+@pytest.mark.parametrize("name", ["device_generator", "pin_memory"])
+def test_generators_and_pinned_memory_need_the_cpp_hooks(name: str, guardless: subprocess.CompletedProcess[str]) -> None:
     """Departure, without a C++ compiler only: PyTorch's Python hooks make no device generator and no
     pinned memory, and say so in PyTorch's own words."""
-    done = run_python(f"import torch; from samedevice import emulator; {code}", SAMEDEVICE_EMULATOR_GUARD="python")
-    assert done.returncode != 0
-    assert "You should register `PrivateUse1HooksInterface`" in done.stderr
+    outcome = _outcome(guardless, name)
+    assert outcome.startswith(f"[{name}] NotImplementedError: ")
+    assert "You should register `PrivateUse1HooksInterface`" in outcome
 
 
 def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:

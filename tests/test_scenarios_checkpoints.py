@@ -3,7 +3,9 @@ and every claim its docs page makes."""
 
 from __future__ import annotations
 
+import functools
 import gc
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -380,56 +382,60 @@ def test_capturable_step_plain_step_on_device(flags: dict, per_step: int, accele
 MiB = 2**20
 
 
-def _peaks(device: torch.device, net: type[torch.nn.Module], workdir: Path,
-           monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+def _peaks(device: torch.device, net: type[torch.nn.Module]) -> tuple[int, int]:
     """Peak device memory of the broken and of the fixed run, above what was allocated before, with
-    no budget, for `net` in place of the fine-tuned model."""
+    no budget, for `net` in place of the fine-tuned model (measured once per device and net: the
+    page's numbers and the tests' bounds read the same run)."""
     if harness.peak(device) is None:
         pytest.skip(f"the scenario measures no memory on {device.type}")
+    return _measured_peaks(str(device), net)
+
+
+@functools.cache
+def _measured_peaks(device_name: str, net: type[torch.nn.Module]) -> tuple[int, int]:
+    device = torch.device(device_name)
     scenario = registry.get("resume_oom")
-    monkeypatch.setattr(harness, "FineTuneNet", net)
     peaks = []
-    for i, module in enumerate((scenario.case(), scenario.fix())):
-        monkeypatch.setattr(module, "FREE", 2**40)
-        gc.collect()  # what earlier tests left for the collector is not this run's
-        base = harness.allocated(device)
-        harness.reset_peak(device)
-        (workdir / str(i)).mkdir()
-        module.run(device, workdir / str(i))
-        peaks.append(harness.peak(device) - base)
+    with pytest.MonkeyPatch.context() as monkeypatch, tempfile.TemporaryDirectory() as tmp:
+        monkeypatch.setattr(harness, "FineTuneNet", net)
+        for i, module in enumerate((scenario.case(), scenario.fix())):
+            monkeypatch.setattr(module, "FREE", 2**40)
+            gc.collect()  # what earlier tests left for the collector is not this run's
+            base = harness.allocated(device)
+            harness.reset_peak(device)
+            (Path(tmp) / str(i)).mkdir()
+            module.run(device, Path(tmp) / str(i))
+            peaks.append(harness.peak(device) - base)
     return peaks[0], peaks[1]
 
 
-def test_resume_oom_fine_tuning_peak_doubles(accelerator: torch.device, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_oom_fine_tuning_peak_doubles(accelerator: torch.device) -> None:
     """Fine-tuning: the broken resume peaks at two copies of the weights (the model and the
     checkpoint), the fixed one at one; the scenario's budget lies between the two."""
     budget = registry.get("resume_oom").case().FREE
-    broken, fixed = _peaks(accelerator, harness.FineTuneNet, tmp_path, monkeypatch)
+    broken, fixed = _peaks(accelerator, harness.FineTuneNet)
     weights = sum(t.numel() * t.element_size() for t in harness.FineTuneNet().state_dict().values())
     assert broken >= 2 * weights
     assert weights <= fixed < 1.1 * weights
     assert fixed < budget < broken
 
 
-def test_resume_oom_full_training_peak(accelerator: torch.device, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_oom_full_training_peak(accelerator: torch.device) -> None:
     """Full training: the copy comes on top of weights, momentum and gradients, one weights' worth."""
-    broken, fixed = _peaks(accelerator, harness.WideNet, tmp_path, monkeypatch)
+    broken, fixed = _peaks(accelerator, harness.WideNet)
     weights = sum(t.numel() * t.element_size() for t in harness.WideNet().state_dict().values())
     assert broken >= 4 * weights
     assert 3 * weights <= fixed < 3.1 * weights
 
 
 @pytest.mark.emulator
-def test_resume_oom_page_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_oom_page_numbers() -> None:
     """The peaks on the docs page are the emulated device's, measured now."""
     from samedevice import emulator
 
     page = (registry.ROOT / "docs" / "resume_oom.md").read_text()
     for name, net in (("fine-tuning", harness.FineTuneNet), ("full training", harness.WideNet)):
-        (tmp_path / name).mkdir()
-        broken, fixed = _peaks(emulator.device(), net, tmp_path / name, monkeypatch)
+        broken, fixed = _peaks(emulator.device(), net)
         assert f"| {name} | {broken / MiB:.2f} MiB | {fixed / MiB:.2f} MiB |" in page
 
 
