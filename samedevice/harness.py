@@ -67,7 +67,7 @@ def new_model(net: type[nn.Module] = TinyNet) -> nn.Module:
     # the CPU generator the layers draw their initial weights from; torch.manual_seed would also queue
     # a seeding of each lazily initialized accelerator module (CUDA, XPU, MTIA), a stack trace each,
     # about 5 ms a call on a host without them
-    torch.random.default_generator.manual_seed(0)
+    torch.default_generator.manual_seed(0)
     return net()
 
 

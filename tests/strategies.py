@@ -75,7 +75,7 @@ class Layout:
 class FuzzNet(nn.Module):
     def __init__(self, *, tied: bool, frozen: bool, dtype: torch.dtype) -> None:
         super().__init__()
-        torch.random.default_generator.manual_seed(0)  # the CPU draws of the layers' init (harness.new_model)
+        torch.default_generator.manual_seed(0)  # the CPU draws of the layers' init (harness.new_model)
         self.a = nn.Linear(3, 4)
         self.b = nn.Linear(4, 4)
         self.c = nn.Linear(4, 4)
