@@ -7,13 +7,16 @@ show    one scenario's lesson: symptom, cause, fix, and the diff between the bro
 report  every scenario on every device, as Markdown or JSON; exit 1 when an observation differs from
         the registry. `report --compare a.json b.json` shows where two runners disagree.
 copy    writes a copyable helper (optimizer_to, checkpoint) into your project.
+diagnose  reads a pasted error or traceback (an argument, --file, or stdin) and the code (--code), and
+        ranks the scenarios that fit, each with why, the check that confirms it and the fix; exit 0 when a
+        scenario fits, 1 when none does.
 docs    rewrite the generated parts of the docs pages from the code (--check: only report).
 
 Bad input (an unknown scenario, device, format or helper, an unreadable report, a file that exists)
 is one line on stderr and exit code 2.
 
-Only the commands that run code (tour, report, docs) import torch: `--help`, list, show, copy and
-every usage error answer at once.
+Only the commands that run code (tour, report, docs) import torch: `--help`, list, show, copy,
+diagnose and every usage error answer at once.
 """
 
 from __future__ import annotations
@@ -288,6 +291,38 @@ def copy(name: str, dest: str | None, force: bool) -> int:
     return 0
 
 
+# ---- diagnose ---------------------------------------------------------------------------------
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot be read ({e.strerror or e})") from None
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from samedevice import diagnose
+
+    if args.text and args.file:
+        raise UsageError("diagnose: give the error as an argument or with --file, not both")
+    if args.text:
+        text = " ".join(args.text)
+    elif args.file:
+        text = _read(args.file, "--file")
+    elif not sys.stdin.isatty():
+        text = sys.stdin.read()
+    else:
+        raise UsageError("diagnose: no input; paste the error as an argument, or pipe it: "
+                         "python train.py 2>&1 | samedevice diagnose")
+    code = _read(args.code, "--code") if args.code else ""
+    if not text.strip() and not code.strip():
+        raise UsageError("diagnose: the input is empty")
+    result = diagnose.diagnose(text, code)
+    print(diagnose.as_json(result) if args.format == "json" else diagnose.render(result))
+    return 0 if result.found else 1
+
+
 # ---- main -------------------------------------------------------------------------------------
 
 
@@ -312,6 +347,11 @@ def _parser() -> _Parser:
     p_copy.add_argument("helper", help="optimizer_to or checkpoint")
     p_copy.add_argument("dest", nargs="?", help="file or folder (default: ./<helper>.py)")
     p_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p_diag = sub.add_parser("diagnose", help="read a pasted device error (and code) and name the scenarios that fit")
+    p_diag.add_argument("text", nargs="*", help="the error message or traceback (default: --file, or stdin)")
+    p_diag.add_argument("--file", metavar="FILE", help="read the error from FILE ('-': stdin)")
+    p_diag.add_argument("--code", metavar="FILE", help="the script that failed, or the code pasted with the error")
+    p_diag.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     p_docs = sub.add_parser("docs", help="rewrite the generated parts of docs/<slug>.md (captured errors, diffs)")
     p_docs.add_argument("--check", action="store_true", help="only list stale pages; exit 1 if any")
     return parser
@@ -330,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             return copy(args.helper, args.dest, args.force)
         if args.command == "docs":
             return docs(args.check)
+        if args.command == "diagnose":
+            return run_diagnose(args)
         return list_scenarios()
     except (UsageError, errors.UnsupportedTorchError, errors.EmulatorUnavailableError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,7 +8,9 @@ Installed with the package (entry point `pytest11`), so any project that install
   is missing (a GPU runner that lost its GPU must not pass green);
 - the device audit: a test that registers its objects (`audit.register(request, device, model=...)`)
   and fails with a device mismatch gets a "device audit" section naming each misplaced tensor;
-- `--explain`: after a run of the catalog's tests, each selected scenario's lesson.
+- `--explain`: after a run of the catalog's tests, each selected scenario's lesson;
+- the diagnosis: a test that fails with a device error gets a "device error diagnosis" section, the
+  scenario `samedevice diagnose` finds likeliest, why, and the command that shows its lesson.
 
 The emulated backend is registered at configure time, before any test runs a backward pass (PyTorch
 sizes its autograd device queues at the first backward of a process), when "emulated" is among the
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+import traceback
 from collections.abc import Generator
 
 import pytest
 import torch
 
-from samedevice import audit, compat, devices, emulator, registry
+from samedevice import audit, compat, devices, diagnose, emulator, registry
 
 _SELECTED = pytest.StashKey[list[str]]()
 _ERRORS = pytest.StashKey[dict[str, str]]()  # slug -> the broken run's captured error, for --explain
@@ -139,7 +143,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         scenario = registry.get(slug)
         error = config.stash[_ERRORS].get(slug, "(no accelerator run in this session)")
         terminalreporter.write_sep("=", f"lesson: {slug}")
+        found = diagnose.summary(diagnose.diagnose(error)) or "(no diagnosis)"
         for line in (scenario.title, "", "Captured error of the broken run:", f"    {error}", "",
+                     "What `samedevice diagnose` makes of that message alone:", textwrap.indent(found, "    "), "",
                      scenario.lesson(), "", scenario.diff()):
             terminalreporter.write_line(line)
 
@@ -156,5 +162,10 @@ def pytest_runtest_makereport(
         found = audit.take(item)  # always take, so the registered objects are released
         if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
             report.sections.append(("device audit", found))
+        if report.failed and call.excinfo is not None:
+            text = "".join(traceback.format_exception(call.excinfo.value))
+            lesson = diagnose.summary(diagnose.diagnose(text))
+            if lesson:
+                report.sections.append(("device error diagnosis", lesson))
     return report
 

@@ -72,12 +72,33 @@ def expected(symptom: str) -> tuple[type[BaseException], str] | None:
 
 
 @dataclass(frozen=True)
+class Clues:
+    """What `samedevice diagnose` (samedevice/diagnose.py) matches a pasted error against: the kinds of
+    message the broken code raises, the device pairs, the frames and op arguments where it raises, the
+    signals its code shows, a prior (how often users report it, 0 to 1), the one check that confirms it
+    and the question that tells it from its neighbours."""
+
+    kinds: tuple[str, ...] = ("mismatch",)
+    pairs: tuple[str, ...] = ("accelerator_cpu",)
+    templates: tuple[str, ...] = ()
+    sides: tuple[str, ...] = ()  # at a layer, what its broken code leaves on CPU: "input" or "weights"
+    frames: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    prior: float = 0.0
+    confirm: str = ""
+    question: str = ""
+
+
+@dataclass(frozen=True)
 class Scenario:
     slug: str
     title: str
     source: str
     symptoms: dict[str, str] = field(default_factory=dict)
     min_devices: int = 1  # a two-device scenario shows its symptom only where the host has two of the kind
+    clues: Clues = field(default_factory=Clues)
 
     def symptom(self, device_kind: str) -> str:
         """What the broken module does on this device kind, on this host."""
@@ -117,6 +138,14 @@ class Scenario:
         return (ast.get_docstring(ast.parse(_path("cases", self.slug).read_text())) or "").strip()
 
 
+OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) names the optimizer state left behind"
+CRITERION_CHECK = "audit.misplaced(device, criterion=criterion) names the loss's tensor"
+STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD momentum or Adam moments?"
+LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
+FORWARD_QUESTION = ("which was not moved, at the model's first layer: the batch, the model, or a layer kept "
+                    "out of .to's reach?")
+
+
 def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
     kinds = {"cpu": "none", "emulated": symptom, "cuda": symptom, "mps": symptom, "xpu": symptom}
     kinds.update(overrides)
@@ -125,58 +154,136 @@ def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("sgd_momentum", "SGD momentum buffers left on CPU: optimizer state loaded before model.to(device)",
-             "002 seed", _accelerators("mismatch")),
+             "002 seed", _accelerators("mismatch"),
+             clues=Clues(sides=("state",), frames=("optimizer_step", "sgd_step"), code=("optimizer_load",
+                   "load_before_move", "sgd"), prior=0.5,
+                   confirm=OPTIMIZER_CHECK, question=STEP_QUESTION)),
     Scenario("adam_exp_avg", "Adam/AdamW moments left on CPU; `step` stays on CPU by design",
-             "002 seed, FAQ 3", _accelerators("mismatch")),
+             "002 seed, FAQ 3", _accelerators("mismatch"),
+             clues=Clues(sides=("state",), frames=("optimizer_step", "adam_step"), code=("optimizer_load",
+                   "load_before_move", "adam"), prior=0.45,
+                   confirm=OPTIMIZER_CHECK, question=STEP_QUESTION)),
     Scenario("wrong_load_order", "Every order of the four resume steps, predicted and checked",
-             "002 seed table, 000 seed", _accelerators("mismatch")),
+             "002 seed table, 000 seed", _accelerators("mismatch"),
+             clues=Clues(sides=("state",), frames=("optimizer_step", "sgd_step", "adam_step", "optimizer_load"),
+                   code=("optimizer_load", "load_before_move", "sgd", "adam", "adagrad"), prior=0.4,
+                   confirm=OPTIMIZER_CHECK, question=STEP_QUESTION)),
     Scenario("bce_pos_weight", "BCEWithLogitsLoss built with a CPU pos_weight and never moved",
-             "000 seed", _accelerators("mismatch")),
+             "000 seed", _accelerators("mismatch"),
+             clues=Clues(frames=("loss",), ops=("binary_cross_entropy",), arguments=("pos_weight",),
+                   code=("pos_weight",),
+                   prior=0.1, confirm=CRITERION_CHECK, question=LOSS_QUESTION)),
     Scenario("custom_loss_weight", "A loss weight kept as a plain attribute: criterion.to(device) skips it",
-             "000 seed", _accelerators("mismatch")),
+             "000 seed", _accelerators("mismatch"),
+             clues=Clues(frames=("loss",), code=("plain_tensor_attr", "plain_list_layers"), prior=0.1,
+                   confirm=CRITERION_CHECK,
+                   question=LOSS_QUESTION)),
     Scenario("tokenizer_outputs", "Tokenizer outputs left on CPU; moving only input_ids is not enough",
-             "000 seed", _accelerators("mismatch")),
+             "000 seed", _accelerators("mismatch"),
+             clues=Clues(sides=("input",), frames=("embedding", "generate"), arguments=("index",),
+                   ops=("index_select", "embedding"),
+                   code=("tokenizer", "tokenizer_not_moved"), prior=0.5,
+                   confirm="audit.misplaced(device, inputs=enc) names input_ids and attention_mask",
+                   question="does it raise in the embedding (`index_select`), on a tokenizer's output?")),
     Scenario("mps_device_pick", "Model placed by a full device picker, batches by 'cuda if available else cpu'",
-             "000 seed", _accelerators("mismatch", cuda="none")),
+             "000 seed", _accelerators("mismatch", cuda="none"),
+             clues=Clues(sides=("input",), frames=("mps_device", "layer"), arguments=("mat1",), ops=("addmm",),
+                   code=("mps",),
+                   prior=0.2,
+                   confirm="print the device of the model and of one batch: mps and cpu",
+                   question="is the machine a Mac (MPS), with a CUDA-only device picker somewhere?")),
     Scenario("batch_not_moved", "DataLoader batches never moved, nested dicts and tuples included",
-             "both seeds", _accelerators("mismatch")),
+             "both seeds", _accelerators("mismatch"),
+             clues=Clues(sides=("input",), frames=("layer", "embedding"), arguments=("mat1", "mat2", "input"),
+                   ops=("addmm", "mm", "conv"),
+                   code=("batch_loop",), prior=0.8, confirm="audit.misplaced(device, batch=batch) names each key",
+                   question=FORWARD_QUESTION)),
     # Beyond the articles: model code
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
-             "user reports", _accelerators("mismatch")),
+             "user reports", _accelerators("mismatch"),
+             clues=Clues(templates=("rnn_hidden", "all_input_tensors"), code=("factory_in_forward",), prior=0.4,
+                   confirm="audit.misplaced(device, model=model, batch=batch) "
+                   "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
-             "user reports", _accelerators("mismatch", cpu="silent")),
+             "user reports", _accelerators("mismatch", cpu="silent"),
+             clues=Clues(templates=("input_weight",), sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"),
+                   code=("plain_list_layers",),
+                   prior=0.2, confirm="audit.structure(model=model) names the stranded layers",
+                   question=FORWARD_QUESTION)),
     Scenario("loss_class_weights", "CrossEntropyLoss / NLLLoss class weights made on CPU, or targets left on CPU",
-             "user reports", _accelerators("mismatch")),
+             "user reports", _accelerators("mismatch"),
+             clues=Clues(frames=("loss",), arguments=("weight", "target"), ops=("nll_loss", "cross_entropy"),
+                   code=("class_weight",), prior=0.3, confirm=CRITERION_CHECK, question=LOSS_QUESTION)),
     Scenario("cpu_lookup_table", "A schedule kept as a plain CPU tensor, indexed by timesteps on the device",
-             "user reports", _accelerators("mismatch")),
+             "user reports", _accelerators("mismatch"),
+             clues=Clues(templates=("indices",), code=("lookup_table", "plain_tensor_attr"), prior=0.2,
+                   confirm="audit.misplaced(device, model=model) names the plain tensor attribute",
+                   question="is a plain tensor attribute (a schedule, a table) indexed by device indices?")),
     Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
-             "user reports", _accelerators("mismatch", cpu="silent")),
+             "user reports", _accelerators("mismatch", cpu="silent"),
+             clues=Clues(sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"), code=("head_replaced",),
+                   prior=0.1,
+                   confirm="audit.structure(model=model, optimizer=optimizer) names the head as missing",
+                   question=FORWARD_QUESTION)),
     Scenario("seed_device_check", "The 000 article's device check says all clear; its recovery misses the optimizer",
-             "000 seed (best practices)", _accelerators("mismatch")),
+             "000 seed (best practices)", _accelerators("mismatch"),
+             clues=Clues(frames=("optimizer_step", "loss"), code=("device_check", "pos_weight"),
+                   confirm=OPTIMIZER_CHECK,
+                   question=STEP_QUESTION)),
     Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
-             "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2),
+             "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2,
+             clues=Clues(pairs=("two_accelerators",), code=("index_less", "ranks"), prior=0.3,
+                   confirm="print torch.accelerator.current_device_index() in each worker",
+                   question="is it two devices of one kind, with `.cuda()` or \"cuda\" in a process for device 1?")),
     # Beyond the articles: checkpoints
     # deserialize where the host that resumes can be played without the device (the emulator's absent
     # host); a real accelerator cannot be hidden from its own process, so there the resume runs
     Scenario("cuda_checkpoint_on_cpu_host", "A checkpoint saved on an accelerator, loaded on a host without one",
              "002 seed (torch.load keeps the saved device)",
-             _accelerators("deserialize", cuda="none", mps="none", xpu="none")),
+             _accelerators("deserialize", cuda="none", mps="none", xpu="none"),
+             clues=Clues(kinds=("deserialize",), pairs=(), frames=("serialization",), code=("torch_load",), prior=0.5,
+                   confirm="python -c 'import torch; print(torch.cuda.is_available(), torch.version.cuda)': "
+                   "None is a CPU-only PyTorch build",
+                   question="should this host have the GPU? A CPU-only PyTorch build says so too: "
+                   "install the CUDA build")),
     Scenario("rng_state_map_location", "map_location=device moves the saved RNG state; set_rng_state refuses it",
-             "beyond the articles", _accelerators("rng")),
+             "beyond the articles", _accelerators("rng"),
+             clues=Clues(kinds=("rng",), pairs=(), frames=("rng", "serialization"),
+                   code=("map_location_device", "set_rng_state"), prior=0.5,
+                   confirm="print(type(state), state.device) before torch.set_rng_state",
+                   question="was the RNG state loaded with map_location=<a device>?")),
     Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",
-             "beyond the articles", _accelerators("mismatch", cpu="silent")),
+             "beyond the articles", _accelerators("mismatch", cpu="silent"),
+             clues=Clues(sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"), code=("assign_true",),
+                   prior=0.1,
+                   confirm="audit.misplaced(device, model=model) after the load", question=FORWARD_QUESTION)),
     Scenario("orphaned_params", "Optimizer built before assign=True replaces the Parameters: no error, no training",
-             "beyond the articles", _accelerators("silent", cpu="silent")),
+             "beyond the articles", _accelerators("silent", cpu="silent"),
+             clues=Clues(kinds=())),
     Scenario("ema_shadow", "EMA weights kept in a plain dict, restored from a CPU checkpoint",
-             "beyond the articles", _accelerators("mismatch")),
+             "beyond the articles", _accelerators("mismatch"),
+             clues=Clues(sides=("state",), frames=("ema",), code=("ema",), prior=0.2,
+                   confirm="audit.misplaced(device, ema=ema) names the shadow weights",
+                   question="does it raise in the EMA update?")),
     Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
-             "beyond the articles (trainer rescue loops)", _accelerators("mismatch")),
+             "beyond the articles (trainer rescue loops)", _accelerators("mismatch"),
+             clues=Clues(kinds=("mismatch", "capturable"),
+                   templates=("capturable_true",), frames=("optimizer_step",), arguments=("state_steps",),
+                   ops=("fused", "_foreach"), code=("capturable_fused",), prior=0.1, confirm=OPTIMIZER_CHECK,
+                   question="is the optimizer fused or capturable, and `step` on another device than its parameter?")),
     # oom where a budget can be set (the emulator's capacity, CUDA's memory fraction); elsewhere it runs
     Scenario("resume_oom", "A device checkpoint loaded beside the model: a second copy of the weights",
-             "beyond the articles", _accelerators("oom", mps="none", xpu="none")),
+             "beyond the articles", _accelerators("oom", mps="none", xpu="none"),
+             clues=Clues(kinds=("oom",), pairs=(), frames=("serialization",), code=("torch_load",
+                   "map_location_device"),
+                   prior=0.3, confirm="torch.cuda.max_memory_allocated() around the load",
+                   question="does it run out of memory in torch.load, with the model already on the device?")),
     # oom where each rank's budget on the other ranks' devices can be set; needs two devices of a kind
     Scenario("ddp_rank_map_location", "Two DDP ranks resume without map_location: every rank loads onto device 0",
-             "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none")),
+             "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none"),
+             clues=Clues(kinds=("oom",), pairs=(), frames=("ddp", "serialization"), code=("ddp", "torch_load", "ranks"),
+                   prior=0.2, confirm="nvidia-smi while resuming: device 0 holds a process of every rank",
+                   question="is it a multi-GPU (DDP) resume, every rank loading without map_location?")),
 )
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,3 +79,22 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `python -c code` in a fresh process from the checkout, with extra environment variables."""
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, **env})
+
+
+def assert_diagnoses_itself(scenario: Any, error: BaseException) -> None:
+    """`samedevice diagnose`, given the broken run's traceback and the broken module's code, names the
+    scenario first, or, where the evidence cannot separate it from a scenario of the same mechanism,
+    among the first with a score that differs from the top's by no more than the priors (ambiguous)."""
+    import traceback
+
+    from samedevice import diagnose
+
+    text = "".join(traceback.format_exception(error))
+    code = (ROOT / "cases" / f"{scenario.slug}.py").read_text()
+    result = diagnose.diagnose(text, code)
+    scores = {m.slug: m.score for m in result.matches}
+    assert result.found, f"{scenario.slug}: {result.verdict}: {result.note}"
+    top = result.matches[0]
+    assert top.slug == scenario.slug or (
+        result.verdict == "ambiguous" and top.score - scores.get(scenario.slug, -99.0) <= diagnose.WEIGHTS["prior"]
+    ), f"{scenario.slug} diagnosed as {[(m.slug, m.score) for m in result.matches]}"

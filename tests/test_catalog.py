@@ -10,7 +10,7 @@ from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import registry
 from samedevice.pytest_plugin import record_error
-from tests.helpers import assert_same_params
+from tests.helpers import assert_diagnoses_itself, assert_same_params
 
 SCENARIOS = parametrize_cases(*(Case(s.slug, scenario=s) for s in registry.SCENARIOS))
 
@@ -40,6 +40,7 @@ def test_broken_raises(
         with pytest.raises(error, match=pattern) as info:
             scenario.case().run(accelerator, tmp_path)
         record_error(request, scenario.slug, f"{info.type.__name__}: {info.value}")
+        assert_diagnoses_itself(scenario, info.value)
         return
     result = scenario.case().run(accelerator, tmp_path)
     if symptom == "silent":

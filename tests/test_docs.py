@@ -103,3 +103,12 @@ def test_article_titles_carry_an_english_gloss(page: str) -> None:
     for title in re.findall(r"《[^》]+》", text):
         first = text.index(title) + len(title)
         assert text[first:].startswith(' ("'), f"docs/{page}: {title} has no English gloss at its first mention"
+
+
+@pytest.mark.parametrize("page", ["guide/diagnose.md"])
+def test_guide_code_blocks_run(page: str) -> None:
+    """Every python block of a guide page runs as written (the blocks assert what they show)."""
+    blocks = _blocks((registry.ROOT / "docs" / page).read_text(), "python")
+    assert blocks
+    for block in blocks:
+        exec(compile(block, f"docs/{page}", "exec"), {"__name__": "docs_guide"})

@@ -1,0 +1,105 @@
+"""`samedevice diagnose` against real reports: top-1 and top-3 accuracy, and how fast it answers.
+
+    python benchmarks/bench_diagnose.py [--quick] [--save] [--show-misses]
+
+The yardstick is tests/data/diagnose_reports.jsonl: public reports of device errors (GitHub issues
+and pull requests), each with the error text as the reporter pasted it, the code where they pasted
+some, the thread's address and the cause the thread established, labelled with a scenario's slug,
+"not_in_catalog", "fixed_upstream" or "not_device_error". Each report is diagnosed twice: with what
+the reporter pasted (error and code), and with the error text alone.
+- covered: the label is a scenario in the registry; a hit is the label in the first 1 (3) scenarios.
+- the rest: a label that is no scenario of the registry (not in the catalog, fixed upstream, not a
+  device error, or a failure mode the catalog does not teach yet); right when the verdict says so and
+  names no lesson ("not_in_catalog" and the slugs the catalog lacks: not_in_catalog).
+The time is one `samedevice diagnose` process, start to exit, median of 5 (it imports no torch).
+Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/results/diagnose.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import arguments, write  # noqa: E402
+from samedevice import diagnose, registry  # noqa: E402
+
+REPORTS = ROOT / "tests" / "data" / "diagnose_reports.jsonl"
+VERDICTS = {"not_in_catalog": "not_in_catalog", "fixed_upstream": "fixed_upstream",
+            "not_device_error": "not_device_error"}
+
+
+def load(path: Path = REPORTS) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def expected_verdict(label: str) -> str:
+    """What a right answer says for a label that is no scenario of the registry."""
+    return VERDICTS.get(label, "not_in_catalog")
+
+
+def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
+    slugs = set(registry.slugs())
+    covered = top1 = top3 = rest = rest_right = 0
+    misses = []
+    for r in reports:
+        d = diagnose.diagnose(r["error"], (r["code"] or "") if with_code else "")
+        ranked = [m.slug for m in d.matches] if d.found else []
+        if r["label"] in slugs:
+            covered += 1
+            top1 += ranked[:1] == [r["label"]]
+            top3 += r["label"] in ranked[:3]
+            if ranked[:1] != [r["label"]]:
+                misses.append((r["id"], r["label"], d.verdict, ranked[:3]))
+        else:
+            rest += 1
+            right = d.verdict == expected_verdict(r["label"])
+            rest_right += right
+            if not right:
+                misses.append((r["id"], r["label"], d.verdict, ranked[:3]))
+    return {"covered": covered, "top1": round(top1 / covered, 3), "top3": round(top3 / covered, 3),
+            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None, "misses": misses}
+
+
+def answer_time(rounds: int) -> dict[str, float]:
+    message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+               "cuda:0 and cpu!")
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "samedevice", "diagnose", message], cwd=ROOT, capture_output=True,
+                       check=True)
+        times.append(time.perf_counter() - start)
+    return {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3),
+            "max_s": round(max(times), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--show-misses", action="store_true", help="list each report diagnosed wrongly")
+    args = arguments(__doc__, parser)
+    reports = load()
+    result: dict[str, Any] = {"reports": len(reports), "with_code": evaluate(reports, True),
+                              "error_only": evaluate(reports, False), "answer": answer_time(1 if args.quick else 5)}
+    for name in ("with_code", "error_only"):
+        row = result[name]
+        print(f"{name:10}: covered {row['covered']}: top-1 {row['top1']:.0%}, top-3 {row['top3']:.0%}; "
+              f"the rest {row['rest']}: {row['rest_right']:.0%} answered right")
+        if args.show_misses:
+            for miss in row["misses"]:
+                print("    miss:", *miss)
+        row["misses"] = [list(m) for m in row["misses"]]
+    print(f"one `samedevice diagnose` process: {result['answer']['median_s']:.2f} s (median)")
+    write("diagnose", result, args.save)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,574 @@
+"""Paste your error, get the lesson: a device error (a message, a traceback, the code around it) read
+into facts, and the catalog's scenarios ranked by those facts, each with why it fits, the one check
+that confirms it and the fix. Imports no torch: it answers at once.
+
+    samedevice diagnose "RuntimeError: Expected all tensors to be on the same device, ..."
+    python train.py 2>&1 | samedevice diagnose
+    samedevice diagnose --file error.txt --code train.py --format json
+
+A diagnosis is a small model that says why, rule by rule (after a linter's rule set):
+1. the message: TEMPLATES, one regex for each wording PyTorch has used (0.4 to 2.13) for each kind
+   of error: a device mismatch, a checkpoint saved on a device this host lacks, an RNG state moved to
+   the device, ... and not-device errors that look alike (a dtype mismatch);
+2. the frames: FRAMES, which PyTorch code the traceback passes through (an optimizer's step, a loss,
+   an embedding, torch.load, the DataLoader's sampler);
+3. the code: SIGNALS, what the pasted code does (a factory without `device=` inside `forward`, an
+   optimizer state loaded before `.to`), read with `ast` where it parses and as text where it does not;
+4. the scores: each scenario's `clues` in the registry (samedevice/registry.py) are matched against
+   those facts; every match adds its weight and one line of why. A new scenario diagnoses itself.
+What PyTorch fixed in a later release (UPSTREAM) is said as such, and a device error that no
+scenario fits is "not in the catalog", with the facts and no invented lesson.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+
+from samedevice import registry
+
+# ---- 1. the message ------------------------------------------------------------------------------
+
+DEVICE = r"(?:cuda|mps|xpu|emulated|npu|hpu|privateuseone|meta|cpu)(?::\d+)?"
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    name: str
+    kind: str  # mismatch, deserialize, rng, generator, meta, oom, capturable, dataparallel, ddp, collective, dtype
+    pattern: re.Pattern[str]
+    why: str
+
+
+def _t(name: str, kind: str, pattern: str, why: str) -> Template:
+    return Template(name, kind, re.compile(pattern, re.I), why)
+
+
+# first match wins: the specific wordings before the generic ones
+TEMPLATES = (
+    _t("deserialize_index", "deserialize_index", r"Attempting to deserialize object on (?P<a>\w+) device \d+ but "
+       r"torch\.\w+\.device_count\(\) is \d+", "torch.load met a device index this host does not have"),
+    _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device",
+       "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
+    _t("rng_state", "rng", r"RNG state must be a torch\.ByteTensor",
+       "torch.set_rng_state was given a tensor that is not a CPU ByteTensor"),
+    _t("generator", "generator",
+       r"Expected a '(?P<a>[\w:]+)' (?:device type for )?generator(?: device)? but found '(?P<b>[\w:]+)'",
+       "a random op's generator is on another device than the tensor it fills"),
+    _t("meta", "meta", r"Tensor on device meta is not on the expected device (?P<a>" + DEVICE + ")",
+       "a meta tensor (no data) met a real one: weights never materialized"),
+    _t("capturable_false", "capturable", r"If capturable=False, state_steps should not be CUDA tensors",
+       "Adam's `step` is on the device while the optimizer is not capturable"),
+    _t("capturable_true", "capturable",
+       r"If capturable=True, params and state_steps must be (?:on supported devices|CUDA tensors)",
+       "a capturable optimizer's `step` and parameters are on different devices"),
+    _t("oom", "oom", r"(?:CUDA|MPS|XPU|\w+:\d+) out of memory|OutOfMemoryError",
+       "the device ran out of memory"),
+    _t("device0_memory", "oom",
+       r"(?:GPU ?0|cuda:0)\b[^.]{0,80}\b(?:memory|space)|\b(?:memory|space)\b[^.]{0,80}(?:GPU ?0|cuda:0)\b",
+       "device 0 holds more memory than the others"),
+    _t("dataparallel", "dataparallel",
+       r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
+       r"one of them on device: (?P<b>" + DEVICE + ")",
+       "nn.DataParallel's module is not on device_ids[0]"),
+    _t("ddp_device_ids", "ddp", r"device_ids and output_device arguments only work with single-device",
+       "DistributedDataParallel was given device_ids for a module that is not on that device"),
+    _t("collective", "collective",
+       r"No backend type associated with device type (?P<a>\w+)|Tensors must be CUDA and dense",
+       "a process group was given a tensor on a device its backend does not serve"),
+    _t("dtype", "dtype", r"expected scalar type \w+ but found \w+|expected (?:m1|mat1) and (?:m2|mat2) to have "
+       r"the same "
+       r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
+       "two tensors of different dtypes, not devices"),
+    _t("input_weight", "mismatch", r"Input type \((?P<a>torch\.[\w.]+)\) and weight type \((?P<b>torch\.[\w.]+)\) "
+       r"should be the same", "convolution's check of the input's type against the weight's"),
+    _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
+       r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
+    _t("codegen_named", "mismatch", r"Expected all tensors to be on the same device, but got (?P<arg>\w+) is on "
+       r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
+       r"(?: \(when checking argument in method (?P<op>\w+)\))?",
+       "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
+    _t("codegen", "mismatch", r"Expected all tensors to be on the same device, but found at least two devices, "
+       r"(?P<a>" + DEVICE + r") and (?P<b>" + DEVICE + r")!?"
+       r"(?: \(when checking arg[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
+       "an op's generated device check (TensorIterator or the codegen's common-device check)"),
+    _t("legacy_device_type", "mismatch",
+       r"Expected (?:object of )?device type (?P<a>\w+) but got device type (?P<b>\w+)"
+       r"(?: for argument #\d+ '(?P<arg>\w+)')?(?: in call to (?P<op>\w+))?",
+       "a pre-1.5 TH kernel's argument check"),
+    _t("legacy_backend", "mismatch", r"Expected object of backend (?P<a>\w+) but got backend (?P<b>\w+)"
+       r"(?: for argument #\d+ '(?P<arg>\w+)')?|expected backend (?P<a2>\w+) and dtype \w+ but got backend (?P<b2>\w+)",
+       "a pre-1.5 kernel's backend check"),
+    _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch\.[\w.]+) but (?:found|got) (?:type )?"
+       r"(?P<b>torch\.[\w.]+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
+    _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
+       r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
+       "an RNN's input and its initial hidden state on different devices"),
+    _t("expected_device", "mismatch", r"expected device (?P<a>" + DEVICE + r") but got device (?P<b>" + DEVICE + ")",
+       "an op that checks one tensor's device against another's"),
+    _t("all_input_tensors", "mismatch", r"All input tensors must be on the same device\. Received (?P<a>" + DEVICE
+       + r") and (?P<b>" + DEVICE + ")", "torch.cat's own check"),
+    _t("mps_placeholder", "mismatch", r"Placeholder storage has not been allocated on MPS device",
+       "an MPS kernel given a CPU tensor"),
+    _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
+       "a device check whose wording names no devices"),
+)
+TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the input says: the message's template and kind, the devices and argument it names, the
+    frames that matter, what the code does, and the PyTorch version where the input shows one."""
+
+    template: str | None = None
+    kind: str | None = None
+    message: str = ""
+    devices: tuple[str, ...] = ()
+    argument: str | None = None
+    op: str | None = None
+    frames: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    torch_version: str | None = None
+    # what is on the CPU: "input" (the batch), "weights" (the model's), "state" (updated in place)
+    side: str | None = None
+    site: str | None = None  # the deepest frame of RAISE_SITES: where the error was raised
+
+    @property
+    def pair(self) -> str | None:
+        """accelerator_cpu, two_accelerators, accelerator_meta, or None where the devices are unknown."""
+        kinds = {d.split(":")[0] for d in self.devices}
+        if len(self.devices) < 2 and len(kinds) < 2:
+            return None
+        if "meta" in kinds:
+            return "accelerator_meta"
+        return "accelerator_cpu" if "cpu" in kinds else "two_accelerators"
+
+
+def _normalize(text: str) -> str:
+    """One line: pytest's `E   ` margins and log prefixes dropped, wrapped lines joined."""
+    lines = [re.sub(r"^(?:E\s{2,}|>\s+|\[rank\d+\]:\s*)", "", line.strip()) for line in text.splitlines()]
+    return re.sub(r"\s+", " ", " ".join(lines))
+
+
+INPUT_ARGUMENTS = ("mat1", "input", "index", "indices")
+WEIGHT_ARGUMENTS = ("mat2", "weight", "bias")
+
+
+def _side(template: Template | None, groups: dict[str, str | None]) -> str | None:
+    """Which side of a layer is on the CPU, where the message tells: the argument it names and its device."""
+    if template is None:
+        return None
+    a, arg = (groups.get("a") or "").lower(), groups.get("arg")
+    if template.name == "input_weight":
+        return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
+    if template.name == "legacy_type" and arg == "other" and _device_of_legacy(a) == "cpu":
+        return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
+    if template.name == "codegen_named" and arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS:
+        on_cpu = a == "cpu"
+        return "input" if (arg in INPUT_ARGUMENTS) == on_cpu else "weights"
+    return None
+
+
+def _device_of_legacy(name: str) -> str:
+    return "cuda" if ".cuda." in name else "cpu"
+
+
+def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str]:
+    flat = _normalize(text)
+    for template in TEMPLATES:
+        match = template.pattern.search(flat)
+        if match:
+            end = flat.find(" File ", match.end())
+            return template, match.groupdict(), flat[match.start(): end if end > 0 else match.end() + 200].strip()
+    return None, {}, ""
+
+
+def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ...]:
+    found = [groups.get(k) for k in ("a", "b", "a2", "b2")]
+    names = [n for n in found if n]
+    if template.name in ("input_weight", "legacy_type"):
+        names = [_device_of_legacy(n) for n in names]
+    names = [n.lower() for n in names]
+    if template.name == "meta":
+        names.append("meta")
+    return tuple(dict.fromkeys(names)) if len(set(names)) > 1 else tuple(names)
+
+
+# ---- 2. the frames -------------------------------------------------------------------------------
+
+FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)|(?P<ipath>\S+\.py) in (?P<ifunc>\w+)\(')
+# frame kind -> (path regex, function regex or None), each a place a scenario's error is raised from
+FRAMES = {
+    "optimizer_step": (r"torch[/\\]optim[/\\](?!optimizer\.py)", None),
+    "sgd_step": (r"torch[/\\]optim[/\\]sgd\.py", None),
+    "adam_step": (r"torch[/\\]optim[/\\]adamw?\.py", None),
+    "optimizer_load": (r"torch[/\\]optim[/\\]optimizer\.py", r"load_state_dict"),
+    "loss": (r"torch[/\\]nn[/\\](?:modules[/\\]loss\.py|functional\.py)",
+             r"cross_entropy|nll_loss|binary_cross_entropy\w*|forward|mse_loss|kl_div|l1_loss"),
+    "embedding": (r"torch[/\\]nn[/\\](?:modules[/\\]sparse\.py|functional\.py)", r"embedding|forward"),
+    "layer": (r"torch[/\\]nn[/\\]modules[/\\](?:linear|conv|batchnorm|normalization)\.py", None),
+    "rnn": (r"torch[/\\]nn[/\\]modules[/\\]rnn\.py", None),
+    "serialization": (r"torch[/\\]serialization\.py", None),
+    "rng": (r"torch[/\\](?:random|cuda[/\\]random)\.py", r"set_rng_state"),
+    "sampler": (r"torch[/\\]utils[/\\]data[/\\](?:sampler|dataloader|distributed)\.py", None),
+    "generate": (r"transformers[/\\]generation[/\\]", None),
+    "ddp": (r"torch[/\\]nn[/\\]parallel[/\\]distributed\.py", None),
+    "dataparallel": (r"torch[/\\]nn[/\\]parallel[/\\](?:data_parallel|scatter_gather)\.py", None),
+    "collective": (r"torch[/\\]distributed[/\\]distributed_c10d\.py", None),
+    "ema": (r"ema", r"\w*ema\w*|update|step"),
+}
+# what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
+CALL_LINES = {
+    "optimizer_step": r"\b\w*optim\w*\.step\(|scheduler\.step|\.step\(\)",
+    "loss": r"\bcriterion\(|\bloss_fn\(|\bloss\w* = \w*(?:loss|criterion)\w*\(|F\.(?:cross_entropy|nll_loss)",
+    "generate": r"\.generate\(",
+    "serialization": r"torch\.load\(",
+    "rng": r"set_rng_state\(",
+    "ema": r"\b\w*ema\w*\.(?:py\b|\w+\()",
+    "embedding": r"\bembed\w*\(|input_ids",
+    "sgd_step": r"\bmomentum_buffer|\bbuf\.mul_\(momentum",
+    "adam_step": r"\bexp_avg",
+}
+
+
+# where an error can be raised: the deepest of these frames in a traceback is where this one was
+RAISE_SITES = ("optimizer_step", "loss", "layer", "embedding", "rnn", "serialization", "rng", "sampler", "ema")
+
+
+def raise_site(text: str) -> str | None:
+    site = None
+    for match in FRAME.finditer(text):
+        path = (match.group("path") or match.group("ipath") or "").replace("\\", "/")
+        func = match.group("func") or match.group("ifunc") or ""
+        for kind in RAISE_SITES:
+            path_rx, func_rx = FRAMES[kind]
+            if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
+                site = kind
+    return site
+
+
+def read_frames(text: str) -> tuple[str, ...]:
+    kinds: list[str] = []
+    for match in FRAME.finditer(text):
+        path = (match.group("path") or match.group("ipath") or "").replace("\\", "/")
+        func = match.group("func") or match.group("ifunc") or ""
+        for kind, (path_rx, func_rx) in FRAMES.items():
+            if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
+                kinds.append(kind)
+    for line in text.splitlines():
+        if re.match(r"\s*(?:File |Traceback|\w*Error)", line):
+            continue
+        for kind, rx in CALL_LINES.items():
+            if re.search(rx, line):
+                kinds.append(kind)
+    if re.search(r"TorchScript interpreter|operation failed in (?:the TorchScript )?interpreter", text):
+        kinds.append("torchscript")
+    return tuple(dict.fromkeys(kinds))
+
+
+VERSION = re.compile(r"\btorch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+)|\b(?P<w>\d+\.\d+\.\d+)\+cu\d+")
+
+
+def read_version(text: str) -> str | None:
+    match = VERSION.search(text)
+    return (match.group("v") or match.group("w")) if match else None
+
+
+# ---- 3. the code ---------------------------------------------------------------------------------
+
+FACTORIES = {"zeros", "ones", "arange", "rand", "randn", "randint", "empty", "full", "tensor", "Tensor",
+             "FloatTensor", "LongTensor", "linspace", "eye", "from_numpy", "as_tensor"}
+# signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
+SIGNALS = {
+    "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
+    "sgd": r"\bSGD\(", "adam": r"\bAdam[W]?\(", "adagrad": r"\bAdagrad\(",
+    "tokenizer": r"\btokenizer\w*\(|return_tensors\s*=\s*['\"]pt|\.encode\(|\.batch_encode_plus\(",
+    "pos_weight": r"\bpos_weight\s*=",
+    "class_weight": r"(?:CrossEntropyLoss|NLLLoss)\([^)]*\bweight\s*=",
+    "torch_load": r"\btorch\.load\(",
+    "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
+    "set_rng_state": r"set_rng_state\(",
+    "default_device": r"set_default_device\(|set_default_tensor_type\(",
+    "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
+    "jit_trace": r"\bjit\.trace\(", "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
+    "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
+    "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
+    "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
+    "mps": r"\bmps\b", "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
+    "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
+    "lookup_table": r"\b(?:alphas\w*|betas|sigmas|schedule\w*|timesteps?)\[",
+    "batch_loop": r"for\s+[\w, ()]+\s+in\s+(?:enumerate\()?\w*(?:loader|batches)\w*",
+    "device_check": r"check_device_consistency|next\(\w+\.parameters\(\)\)\.device",
+    "moves_inputs": r"\b(?:x|inputs?|images?|data|batch|labels?|targets?)\w*\s*=\s*\w+\.(?:to\(|cuda\()",
+}
+
+
+def read_code(code: str) -> tuple[str, ...]:
+    """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
+    tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
+    found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
+    try:
+        tree: ast.AST | None = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    found += _ast_signals(tree) if tree is not None else _text_signals(code)
+    if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
+        found.append("tokenizer_not_moved")
+    return tuple(dict.fromkeys(found))
+
+
+def _call_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return f"{_call_name(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _ast_signals(tree: ast.AST) -> list[str]:
+    found = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            name = _call_name(node) if isinstance(node, ast.Call) else ""
+            if fn.name == "forward" and isinstance(node, ast.Call) and name.startswith(("torch.", "np.")) \
+                    and name.split(".")[-1] in FACTORIES and not any(k.arg == "device" for k in node.keywords):
+                found.append("factory_in_forward")
+            if fn.name == "__init__" and isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and _call_name(t.value) == "self" for t in node.targets):
+                value = node.value
+                if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
+                    found.append("plain_tensor_attr")
+                if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
+                        isinstance(c, ast.Call) and _call_name(c).startswith(("nn.", "torch.nn."))
+                        for c in ast.walk(value)):
+                    found.append("plain_list_layers")
+    loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
+             and re.search(r"model|net|module", _call_name(n).lower())]
+    if loads and (not moves or min(loads) < min(moves)):
+        found.append("load_before_move")
+    if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") for n in calls):
+        found.append("model_never_moved")
+    return found
+
+
+def _text_signals(code: str) -> list[str]:
+    found = []
+    forward = re.search(r"def forward\(.*?(?=\n\S|\n\s*def |\Z)", code, flags=re.S)
+    factory = r"(?:torch|np)\.(?:" + "|".join(FACTORIES) + r")\((?![^)\n]*device\s*=)"
+    if forward and re.search(factory, forward.group(0)):
+        found.append("factory_in_forward")
+    if re.search(r"self\.\w+\s*=\s*torch\.(?:" + "|".join(FACTORIES) + r")\(", code):
+        found.append("plain_tensor_attr")
+    if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
+        found.append("plain_list_layers")
+    load, move = re.search(r"load_state_dict\(", code), re.search(r"(?:model|net)\w*\.(?:to|cuda)\(", code)
+    if load and (move is None or load.start() < move.start()):
+        found.append("load_before_move")
+    return found
+
+
+# ---- 4. the scores -------------------------------------------------------------------------------
+
+# frames that decide the mechanism on their own: where no scenario claims one, none applies
+DECISIVE = ("torchscript",)
+WEIGHTS = {"kind": 3.0, "pair": 1.0, "frame": 2.0, "argument": 3.0, "op": 1.5, "code": 2.5, "prior": 1.0}
+FOUND = WEIGHTS["kind"] + 2.0  # below it, only the message's kind fits: the scenarios are candidates
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    slug: str
+    score: float
+    why: tuple[str, ...]
+    confirm: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """A PyTorch bug a later release fixed, told by its message (and version, where the input has one)."""
+
+    kind: str
+    template: str
+    versions: tuple[str, ...]  # the releases that had it; an input showing another version is not it
+    fixed_in: str
+    why: str
+
+
+UPSTREAM = (
+    Upstream("capturable", "capturable_false", ("1.12.0",), "1.12.1",
+             "PyTorch 1.12.0's Optimizer.load_state_dict moved Adam's `step` onto the parameter's device, and "
+             "the non-capturable step asserted it was not (pytorch/pytorch#80809); 1.12.1 keeps `step` on CPU"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    facts: Facts
+    verdict: str  # scenario, ambiguous, not_device_error, fixed_upstream, not_in_catalog, unknown
+    matches: tuple[Match, ...] = ()
+    note: str = ""
+
+    @property
+    def found(self) -> bool:
+        return self.verdict in ("scenario", "ambiguous")
+
+    def to_json(self) -> dict[str, object]:
+        return {"verdict": self.verdict, "note": self.note, "facts": {**dataclasses.asdict(self.facts),
+                                                                      "pair": self.facts.pair},
+                "scenarios": [dataclasses.asdict(m) for m in self.matches]}
+
+
+def read(text: str, code: str = "") -> Facts:
+    template, groups, message = read_message(text)
+    devices = _devices(template, groups) if template else ()
+    frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ())
+    return Facts(template=template.name if template else None, kind=template.kind if template else None,
+                 message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op"), frames=frames,
+                 side=_side(template, groups), site=raise_site(text),
+                 code=read_code("\n".join(part for part in (code, _code_lines(text)) if part)),
+                 torch_version=read_version(text + "\n" + code))
+
+
+def _code_lines(text: str) -> str:
+    """The source lines a traceback quotes under its frames: code the user did not paste on purpose."""
+    lines = text.splitlines()
+    return "\n".join(lines[i + 1].strip() for i, line in enumerate(lines[:-1]) if FRAME.search(line))
+
+
+def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
+    clues = scenario.clues
+    if facts.kind is not None and facts.kind not in clues.kinds:
+        return None
+    if facts.pair is not None and clues.pairs and facts.pair not in clues.pairs:
+        return None
+    if facts.side is not None and clues.sides and facts.side not in clues.sides:
+        return None
+    sites = [f for f in clues.frames if f in RAISE_SITES]
+    if facts.site is not None and sites and facts.site not in sites:
+        return None  # it raises elsewhere than this scenario's broken code does
+    total, why = 0.0, []
+    if facts.kind is not None:
+        total += WEIGHTS["kind"]
+        why.append(f"the message is a {facts.kind} error ({facts.template})")
+    if facts.pair is not None and clues.pairs:
+        total += WEIGHTS["pair"]
+        why.append(f"the devices are {' and '.join(facts.devices)}")
+    if facts.side is not None and facts.side in clues.sides:
+        total += WEIGHTS["pair"]
+        why.append(f"the {facts.side} side is on cpu")
+    if facts.template in clues.templates:
+        total += WEIGHTS["frame"]
+        why.append(f"the message's wording: {TEMPLATE_WHY[facts.template]}")
+    for frame in facts.frames:
+        if frame in clues.frames:
+            total += WEIGHTS["frame"]
+            why.append(f"the traceback passes through {frame.replace('_', ' ')}")
+    if facts.argument and facts.argument in clues.arguments:  # an argument only one scenario names counts double
+        total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments for s in registry.SCENARIOS) == 1
+                                        else 1)
+        why.append(f"the argument is `{facts.argument}`")
+    if facts.op and any(op in facts.op for op in clues.ops):
+        total += WEIGHTS["op"]
+        why.append(f"the op is `{facts.op}`")
+    for signal in facts.code:
+        if signal in clues.code:  # a signal only one scenario shows is the stronger evidence
+            total += WEIGHTS["code"] * (2 if _claimed(signal) == 1 else 1)
+            why.append(f"the code: {CODE_WHY.get(signal, signal)}")
+    total += WEIGHTS["prior"] * clues.prior
+    return Match(scenario.slug, round(total, 2), tuple(why), clues.confirm, f"samedevice show {scenario.slug}")
+
+
+def _claimed(signal: str) -> int:
+    return sum(signal in s.clues.code for s in registry.SCENARIOS)
+
+
+CODE_WHY = {
+    "load_before_move": "a state dict is loaded before the model is moved",
+    "optimizer_load": "an optimizer's state is loaded", "factory_in_forward": "a tensor is made inside forward "
+    "without device=", "plain_tensor_attr": "a tensor is kept as a plain attribute in __init__",
+    "plain_list_layers": "layers are kept in a plain list or dict", "tokenizer": "a tokenizer's output",
+    "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
+    "model is not", "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
+}
+
+
+def diagnose(text: str, code: str = "") -> Diagnosis:
+    facts = read(text, code)
+    if facts.kind == "dtype" or (facts.template == "input_weight" and len(set(facts.devices)) < 2):
+        return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
+                         "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
+    for bug in UPSTREAM:
+        if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions):
+            return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
+    if facts.kind is None and not facts.code:
+        return Diagnosis(facts, "unknown", note="no device error found in the input")
+    claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
+    unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed]
+    if unclaimed:
+        return Diagnosis(facts, "not_in_catalog", note=f"the error is raised inside {unclaimed[0]}, which no scenario "
+                         "of the catalog teaches")
+    matches = sorted((m for s in registry.SCENARIOS if (m := score(facts, s)) is not None),
+                     key=lambda m: -m.score)
+    matches = [m for m in matches if m.score > 0]
+    if not matches or (facts.kind is not None and matches[0].score < WEIGHTS["kind"]):
+        return Diagnosis(facts, "not_in_catalog", note="a device error the catalog does not teach; the facts above "
+                         "are what it shows")
+    if facts.kind is None and matches[0].score < FOUND:
+        return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
+                         "alone suggests the scenarios below")
+    top = tuple(matches[:3])
+    # ambiguous: only the message's kind fits, or the first two differ by no more than their priors
+    if top[0].score < FOUND or (len(top) > 1 and top[0].score - top[1].score <= WEIGHTS["prior"]):
+        scenario = registry.get(top[0].slug)
+        return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
+                         f"{scenario.clues.question}")
+    return Diagnosis(facts, "scenario", top)
+
+
+# ---- the command line's text ---------------------------------------------------------------------
+
+
+def render(d: Diagnosis) -> str:
+    f = d.facts
+    lines = ["Facts:"]
+    for label, value in (("message", f.message), ("template", f.template), ("devices", " and ".join(f.devices)),
+                         ("argument", f.argument), ("op", f.op), ("frames", ", ".join(f.frames)),
+                         ("code", ", ".join(f.code)), ("torch", f.torch_version)):
+        if value:
+            lines.append(f"  {label}: {value}")
+    headline = {"scenario": "The likeliest scenarios:", "ambiguous": "Candidate scenarios:",
+                "not_device_error": "Not a device error.", "fixed_upstream": "Fixed upstream.",
+                "not_in_catalog": "Not in the catalog.", "unknown": "Not a device error I can read."}[d.verdict]
+    lines += ["", headline]
+    if d.note:
+        lines.append(f"  {d.note}")
+    for i, m in enumerate(d.matches, 1):
+        lines.append(f"{i}. {m.slug} (score {m.score:g}): {registry.get(m.slug).title}")
+        lines += [f"     why: {w}" for w in m.why]
+        if m.confirm:
+            lines.append(f"     check: {m.confirm}")
+        lines.append(f"     fix: {m.fix}")
+    return "\n".join(lines)
+
+
+def summary(d: Diagnosis) -> str:
+    """A few lines for a failing test's report: the likeliest scenario, why, and the command that shows it."""
+    if not d.found:
+        return ""
+    top = d.matches[0]
+    lines = [f"likeliest scenario: {top.slug}: {registry.get(top.slug).title}", f"why: {'; '.join(top.why)}"]
+    if d.verdict == "ambiguous":
+        lines.append(f"also fits: {', '.join(m.slug for m in d.matches[1:])} ({d.note})")
+    lines.append(f"the lesson: samedevice show {top.slug}")
+    return "\n".join(lines)
+
+
+def as_json(d: Diagnosis) -> str:
+    return json.dumps(d.to_json(), indent=2)
+
