@@ -166,14 +166,20 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
     if template.name == "legacy_type" and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
-    if template.name == "codegen_named" and arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS:
-        on_cpu = a == "cpu"
-        return "input" if (arg in INPUT_ARGUMENTS) == on_cpu else "weights"
+    # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
+    # checks name the common device first and the argument's second ("found ... A and B", "got device B")
+    if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS:
+        named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
+                 "legacy_backend": groups.get("b")}.get(template.name)
+        if named:
+            return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
     return None
 
 
 def _device_of_legacy(name: str) -> str:
-    return "cuda" if ".cuda." in name else "cpu"
+    """The device of a legacy type name: `torch.cuda.FloatTensor` is cuda's, `torch.FloatTensor` CPU's."""
+    parts = name.split(".")
+    return parts[1].lower() if len(parts) == 3 else "cpu"
 
 
 def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str]:

@@ -198,6 +198,13 @@ SCENARIOS: tuple[Scenario, ...] = (
                    ops=("addmm", "mm", "conv"),
                    code=("batch_loop",), prior=0.8, confirm="audit.misplaced(device, batch=batch) names each key",
                    question=FORWARD_QUESTION)),
+    Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",
+             "000 seed (root cause 1), user reports", _accelerators("mismatch"),
+             clues=Clues(templates=("input_weight",), sides=("weights",), frames=("layer", "embedding"),
+                         arguments=("mat1", "mat2", "input", "index"), ops=("addmm", "mm", "conv", "index_select"),
+                         code=("model_never_moved", "moves_inputs"), prior=0.6,
+                         confirm="print(next(model.parameters()).device) beside the batch's device",
+                         question=FORWARD_QUESTION)),
     # Beyond the articles: model code
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
              "user reports", _accelerators("mismatch"),

@@ -4,7 +4,9 @@ claims, and the copyable optimizer_to helper."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -279,6 +281,37 @@ def test_batch_not_moved_top_level_is_not_enough(accelerator: torch.device) -> N
         model(top_level["inputs"])
     moved = registry.get("batch_not_moved").fix().move_to(batch, accelerator)
     assert model(moved["inputs"]).device == accelerator
+
+
+# ---- model_not_moved -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("layer", "inputs", "wording"), [
+    (lambda: nn.Linear(4, 2), lambda: torch.randn(3, 4),
+     r"but got mat1 is on {dev}, different from other tensors on cpu \(when checking argument in method "
+     r"wrapper_{KEY}_addmm\)"),
+    (lambda: nn.Embedding(10, 4), lambda: torch.tensor([[1, 2]]),
+     r"but got index is on {dev}, different from other tensors on cpu \(when checking argument in method "
+     r"wrapper_{KEY}__index_select\)"),
+    (lambda: nn.Conv2d(1, 2, 3), lambda: torch.randn(1, 1, 5, 5),
+     r"Input type \(torch\.{kind}\.FloatTensor\) and weight type \(torch\.FloatTensor\) should be the same"),
+], ids=["linear", "embedding", "conv"])
+def test_model_not_moved_first_layer_wordings(accelerator: torch.device, layer: Any, inputs: Any, wording: str) -> None:
+    """A model left on CPU fed a batch on the device raises at its first layer, in the wording of that
+    layer's check (the page's table, CUDA's with cuda:0); the diagnosis names model_not_moved; the audit
+    names the parameters."""
+    from samedevice import diagnose
+
+    model, x = layer(), inputs().to(accelerator)
+    with pytest.raises(RuntimeError) as info:
+        model(x)
+    if accelerator.type in ("emulated", "cuda"):
+        pattern = wording.format(dev=re.escape(str(accelerator)), KEY=accelerator.type.upper(), kind=accelerator.type)
+        assert re.search(pattern, str(info.value)), str(info.value)
+    result = diagnose.diagnose(f"RuntimeError: {info.value}")
+    assert result.matches[0].slug == "model_not_moved", result
+    assert {m.path for m in audit.misplaced(accelerator, model=model)} == {f"model.{n}" for n, _ in
+                                                                           model.named_parameters()}
 
 
 # ---- optimizer_to --------------------------------------------------------------------------------
