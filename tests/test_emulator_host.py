@@ -188,6 +188,10 @@ EXIT_SCRIPT = ("import torch; from samedevice import emulator; dev = emulator.de
                "m = torch.nn.Linear(4, 2).to(dev); m(torch.randn(3, 4, device=dev)).sum().backward()")
 WITHOUT_DRAIN = ("; import atexit; from samedevice.emulator import registration;"
                  " atexit.unregister(registration._drain_autograd_workers)")
+# With the preloaded library: a __del__ that runs while the interpreter finalizes releases the held
+# workers then, so that one asks for the GIL in the finalization however busy the machine is.
+RELEASE_IN_FINALIZATION = ("; import ctypes\nclass _Release:\n    def __del__(self, release=ctypes.CDLL(None)."
+                           "late_thread_release):\n        release()\n_release = _Release()")
 
 
 @pytest.fixture(scope="module")
@@ -222,12 +226,12 @@ def test_late_autograd_worker_cannot_race_the_exit(late_thread_lib: Path, script
     # leaves the late worker time to wake and ask for the GIL
     env = {**env, "LD_PRELOAD": str(late_thread_lib), "LATE_THREAD_DELAY_MS": "300",
            "TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT": "2"}
-    drained = run_python(script, **env)
+    drained = run_python(script + RELEASE_IN_FINALIZATION, **env)
     if "made late" not in drained.stderr:
         pytest.skip("this Python links libpython statically: PyThreadState_New cannot be preloaded over")
     assert drained.returncode == 0, drained.stderr[-500:]
     assert "while the interpreter finalized" not in drained.stderr
-    undrained = run_python(script + WITHOUT_DRAIN, **env)
+    undrained = run_python(script + WITHOUT_DRAIN + RELEASE_IN_FINALIZATION, **env)
     assert "while the interpreter finalized" in undrained.stderr, undrained.stderr[-500:]
 
 
