@@ -298,6 +298,7 @@ SIGNALS = {
     "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
     "set_rng_state": r"set_rng_state\(",
     "default_device": r"set_default_device\(|set_default_tensor_type\(",
+    "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
     "jit_trace": r"\bjit\.trace\(", "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",

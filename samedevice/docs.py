@@ -44,7 +44,8 @@ def _captured_error(slug: str) -> str | None:
 def cuda_wording(error: str) -> str:
     """The emulated device's error as CUDA words it: the emulator copies CUDA's checks and messages, and
     only the device's name and the kernel wrapper's dispatch key differ (`wrapper_CUDA_addmm`)."""
-    return re.sub(r"\bemulated(?=:\d)", "cuda", error).replace("wrapper_EMULATED_", "wrapper_CUDA_")
+    return (re.sub(r"\bemulated(?=:\d)", "cuda", error).replace("wrapper_EMULATED_", "wrapper_CUDA_")
+            .replace("'emulated' device type", "'cuda' device type"))
 
 
 def symptom_block(scenario: registry.Scenario, error: str) -> str:

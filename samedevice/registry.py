@@ -51,6 +51,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
                                r"|indices should be either on cpu or on the same device as the indexed tensor"),
     "deserialize": ("RuntimeError", r"Attempting to deserialize object on"),
     "rng": ("TypeError", r"RNG state must be a torch\.ByteTensor"),
+    # a device kernel's draw refuses a generator of another device (CUDAGeneratorImpl's check_generator)
+    "generator": ("RuntimeError", r"Expected a '\w+' device type for generator but found '\w+'"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -242,6 +244,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              clues=Clues(pairs=("two_accelerators",), code=("index_less", "ranks"), prior=0.3,
                    confirm="print torch.accelerator.current_device_index() in each worker",
                    question="is it two devices of one kind, with `.cuda()` or \"cuda\" in a process for device 1?")),
+    Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
+             "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
+             clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),
+                         prior=0.5, confirm="print(torch.get_default_device()) where the loader is iterated",
+                         question="is a default device set (torch.set_default_device, set_default_tensor_type)?")),
     # Beyond the articles: checkpoints
     # deserialize where the host that resumes can be played without the device (the emulator's absent
     # host); a real accelerator cannot be hidden from its own process, so there the resume runs

@@ -177,13 +177,13 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.76, 0.89), False: (0.71, 0.84)}[with_code]
+    floor = {True: (0.77, 0.89), False: (0.72, 0.85)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.66
+    assert result["rest_right"] >= 0.63
 
 
 def test_expected_verdicts() -> None:
     """A failure mode the catalog does not teach yet is right when it is said not to be in the catalog."""
-    assert expected_verdict("global_default_device") == "not_in_catalog"
+    assert expected_verdict("model_split_across_devices") == "not_in_catalog"
     assert expected_verdict("fixed_upstream") == "fixed_upstream"
