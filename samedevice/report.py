@@ -38,7 +38,7 @@ class Record:
     scenario: str
     device: str  # "emulated:0", "cuda:0", "cpu"
     kind: str  # the device kind: "emulated", "cuda", "cpu"
-    expected: str  # the registry's symptom kind: mismatch, deserialize, rng, oom, silent, none
+    expected: str  # the registry's symptom kind: mismatch, deserialize, rng, generator, oom, silent, none
     observed: str  # "RuntimeError: <the whole first line>", or "ran"
     reproduced: bool  # the observation is the expected symptom
     fix: str  # "matches the CPU reference", "differs from the CPU reference", or the fix's error
