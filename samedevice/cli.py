@@ -277,7 +277,10 @@ def copy(name: str, dest: str | None, force: bool) -> int:
     if dest is not None and (target.is_dir() or dest.endswith(("/", os.sep)) or target.suffix != ".py"):
         if target.exists() and not target.is_dir():
             raise UsageError(f"copy: {target} is a file, not a folder; name a .py file or a folder")
-        target.mkdir(parents=True, exist_ok=True)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"copy: cannot create folder {target} ({e.strerror or e})") from None
         target = target / source.name
     if target.exists() and not force:
         raise UsageError(f"copy: {target} exists; pass --force to overwrite it")
@@ -306,10 +309,14 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     if args.text and args.file:
         raise UsageError("diagnose: give the error as an argument or with --file, not both")
+    if args.code == "-" and not args.text and (args.file in (None, "-")):
+        raise UsageError("diagnose: the error and --code cannot both come from stdin; give one as a file")
     if args.text:
         text = " ".join(args.text)
     elif args.file:
         text = _read(args.file, "--file")
+    elif args.code:
+        text = ""  # the code alone
     elif not sys.stdin.isatty():
         text = sys.stdin.read()
     else:

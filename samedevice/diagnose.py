@@ -52,7 +52,8 @@ TEMPLATES = (
        r"torch\.\w+\.device_count\(\) is \d+", "torch.load met a device index this host does not have"),
     _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device",
        "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
-    _t("rng_state", "rng", r"RNG state must be a torch\.ByteTensor",
+    _t("rng_state", "rng",
+       r"RNG state must be a torch\.ByteTensor|expected a torch\.ByteTensor, but got torch\.\w+\.ByteTensor",
        "torch.set_rng_state was given a tensor that is not a CPU ByteTensor"),
     _t("generator", "generator",
        r"Expected a '(?P<a>[\w:]+)' (?:device type for )?generator(?: device)? but found '(?P<b>[\w:]+)'",
@@ -64,7 +65,7 @@ TEMPLATES = (
     _t("capturable_true", "capturable",
        r"If capturable=True, params and state_steps must be (?:on supported devices|CUDA tensors)",
        "a capturable optimizer's `step` and parameters are on different devices"),
-    _t("oom", "oom", r"(?:CUDA|MPS|XPU|\w+:\d+) out of memory|OutOfMemoryError",
+    _t("oom", "oom", r"(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
        r"(?:GPU ?0|cuda:0)\b[^.]{0,80}\b(?:memory|space)|\b(?:memory|space)\b[^.]{0,80}(?:GPU ?0|cuda:0)\b",
@@ -78,11 +79,12 @@ TEMPLATES = (
     _t("collective", "collective",
        r"No backend type associated with device type (?P<a>\w+)|Tensors must be CUDA and dense",
        "a process group was given a tensor on a device its backend does not serve"),
-    _t("dtype", "dtype", r"expected scalar type \w+ but found \w+|expected (?:m1|mat1) and (?:m2|mat2) to have "
+    _t("dtype", "dtype", r"expected (?:object of )?scalar type \w+ but (?:found|got) (?:scalar type )?\w+"
+       r"|expected (?:m1|mat1) and (?:m2|mat2) to have "
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
-    _t("input_weight", "mismatch", r"Input type \((?P<a>torch\.[\w.]+)\) and weight type \((?P<b>torch\.[\w.]+)\) "
+    _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\) "
        r"should be the same", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
@@ -92,7 +94,7 @@ TEMPLATES = (
        "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
     _t("codegen", "mismatch", r"Expected all tensors to be on the same device, but found at least two devices, "
        r"(?P<a>" + DEVICE + r") and (?P<b>" + DEVICE + r")!?"
-       r"(?: \(when checking arg[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
+       r"(?: \(when checking ar[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
        "an op's generated device check (TensorIterator or the codegen's common-device check)"),
     _t("legacy_device_type", "mismatch",
        r"Expected (?:object of )?device type (?P<a>\w+) but got device type (?P<b>\w+)"
@@ -101,8 +103,8 @@ TEMPLATES = (
     _t("legacy_backend", "mismatch", r"Expected object of backend (?P<a>\w+) but got backend (?P<b>\w+)"
        r"(?: for argument #\d+ '(?P<arg>\w+)')?|expected backend (?P<a2>\w+) and dtype \w+ but got backend (?P<b2>\w+)",
        "a pre-1.5 kernel's backend check"),
-    _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch\.[\w.]+) but (?:found|got) (?:type )?"
-       r"(?P<b>torch\.[\w.]+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
+    _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch(?:\.\w+)+) but (?:found|got) (?:type )?"
+       r"(?P<b>torch(?:\.\w+)+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
@@ -116,6 +118,7 @@ TEMPLATES = (
        "a device check whose wording names no devices"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
+ERROR_LINE = re.compile(r"^\s*(?:E\s+)?\w+(?:Error|Exception)\b", re.M)  # an error the templates did not read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +181,10 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
 
 def _device_of_legacy(name: str) -> str:
     """The device of a legacy type name: `torch.cuda.FloatTensor` is cuda's, `torch.FloatTensor` CPU's."""
+    if name.startswith("MPS"):  # MPS writes its own type names (MPSFloatType)
+        return "mps"
     parts = name.split(".")
-    return parts[1].lower() if len(parts) == 3 else "cpu"
+    return parts[1].lower() if len(parts) >= 3 and parts[1] != "sparse" else "cpu"
 
 
 def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str]:
@@ -200,12 +205,13 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n.lower() for n in names]
     if template.name == "meta":
         names.append("meta")
-    return tuple(dict.fromkeys(names)) if len(set(names)) > 1 else tuple(names)
+    return tuple(dict.fromkeys(names))
 
 
 # ---- 2. the frames -------------------------------------------------------------------------------
 
-FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)|(?P<ipath>\S+\.py) in (?P<ifunc>\w+)\(')
+FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)|(?P<ipath>\S+\.py) in (?P<ifunc>\w+)\('
+                   r"|(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")  # Python's, IPython's and pytest's frame lines
 # frame kind -> (path regex, function regex or None), each a place a scenario's error is raised from
 FRAMES = {
     "optimizer_step": (r"torch[/\\]optim[/\\](?!optimizer\.py)", None),
@@ -247,8 +253,8 @@ RAISE_SITES = ("optimizer_step", "loss", "layer", "embedding", "rnn", "serializa
 def raise_site(text: str) -> str | None:
     site = None
     for match in FRAME.finditer(text):
-        path = (match.group("path") or match.group("ipath") or "").replace("\\", "/")
-        func = match.group("func") or match.group("ifunc") or ""
+        path = (match.group("path") or match.group("ipath") or match.group("ppath") or "").replace("\\", "/")
+        func = match.group("func") or match.group("ifunc") or match.group("pfunc") or ""
         for kind in RAISE_SITES:
             path_rx, func_rx = FRAMES[kind]
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
@@ -259,8 +265,8 @@ def raise_site(text: str) -> str | None:
 def read_frames(text: str) -> tuple[str, ...]:
     kinds: list[str] = []
     for match in FRAME.finditer(text):
-        path = (match.group("path") or match.group("ipath") or "").replace("\\", "/")
-        func = match.group("func") or match.group("ifunc") or ""
+        path = (match.group("path") or match.group("ipath") or match.group("ppath") or "").replace("\\", "/")
+        func = match.group("func") or match.group("ifunc") or match.group("pfunc") or ""
         for kind, (path_rx, func_rx) in FRAMES.items():
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
@@ -275,7 +281,8 @@ def read_frames(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
-VERSION = re.compile(r"\btorch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+)|\b(?P<w>\d+\.\d+\.\d+)\+cu\d+")
+VERSION = re.compile(r"\b(?:py)?torch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+)"
+                     r"|\b(?P<w>\d+\.\d+\.\d+)\+(?:cu|rocm)\d+", re.I)
 
 
 def read_version(text: str) -> str | None:
@@ -356,7 +363,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
              and re.search(r"model|net|module", _call_name(n).lower())]
-    if loads and (not moves or min(loads) < min(moves)):
+    if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") for n in calls):
         found.append("model_never_moved")
@@ -366,7 +373,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
 def _text_signals(code: str) -> list[str]:
     found = []
     forward = re.search(r"def forward\(.*?(?=\n\S|\n\s*def |\Z)", code, flags=re.S)
-    factory = r"(?:torch|np)\.(?:" + "|".join(FACTORIES) + r")\((?![^)\n]*device\s*=)"
+    factory = r"(?:torch|np)\.(?:" + "|".join(FACTORIES) + r")\((?![^\n]*device\s*=)"
     if forward and re.search(factory, forward.group(0)):
         found.append("factory_in_forward")
     if re.search(r"self\.\w+\s*=\s*torch\.(?:" + "|".join(FACTORIES) + r")\(", code):
@@ -374,7 +381,7 @@ def _text_signals(code: str) -> list[str]:
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
         found.append("plain_list_layers")
     load, move = re.search(r"load_state_dict\(", code), re.search(r"(?:model|net)\w*\.(?:to|cuda)\(", code)
-    if load and (move is None or load.start() < move.start()):
+    if load and move is not None and load.start() < move.start():
         found.append("load_before_move")
     return found
 
@@ -507,13 +514,13 @@ CODE_WHY = {
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
     facts = read(text, code)
-    if facts.kind == "dtype" or (facts.template == "input_weight" and len(set(facts.devices)) < 2):
+    if facts.kind == "dtype" or (facts.template in ("input_weight", "legacy_type") and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
     for bug in UPSTREAM:
         if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
-    if facts.kind is None and not facts.code:
+    if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
     unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed]
@@ -531,7 +538,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "alone suggests the scenarios below")
     top = tuple(matches[:3])
     # ambiguous: only the message's kind fits, or the first two differ by no more than their priors
-    if top[0].score < FOUND or (len(top) > 1 and top[0].score - top[1].score <= WEIGHTS["prior"]):
+    if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]):
         scenario = registry.get(top[0].slug)
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{scenario.clues.question}")
@@ -570,7 +577,7 @@ def summary(d: Diagnosis) -> str:
         return ""
     top = d.matches[0]
     lines = [f"likeliest scenario: {top.slug}: {registry.get(top.slug).title}", f"why: {'; '.join(top.why)}"]
-    if d.verdict == "ambiguous":
+    if d.verdict == "ambiguous" and len(d.matches) > 1:
         lines.append(f"also fits: {', '.join(m.slug for m in d.matches[1:])} ({d.note})")
     lines.append(f"the lesson: samedevice show {top.slug}")
     return "\n".join(lines)

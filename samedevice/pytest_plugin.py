@@ -164,7 +164,8 @@ def pytest_runtest_makereport(
             report.sections.append(("device audit", found))
         if report.failed and call.excinfo is not None:
             text = "".join(traceback.format_exception(call.excinfo.value))
-            lesson = diagnose.summary(diagnose.diagnose(text))
+            diagnosis = diagnose.diagnose(text)
+            lesson = diagnose.summary(diagnosis) if diagnosis.facts.kind is not None else ""  # device errors only
             if lesson:
                 report.sections.append(("device error diagnosis", lesson))
     return report

@@ -83,7 +83,7 @@ class Clues:
     kinds: tuple[str, ...] = ("mismatch",)
     pairs: tuple[str, ...] = ("accelerator_cpu",)
     templates: tuple[str, ...] = ()
-    sides: tuple[str, ...] = ()  # at a layer, what its broken code leaves on CPU: "input" or "weights"
+    sides: tuple[str, ...] = ()  # what its broken code leaves on CPU: "input", "weights" or "state" (updated in place)
     frames: tuple[str, ...] = ()
     arguments: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()

@@ -273,7 +273,7 @@ def test_copy_into_a_new_folder_creates_it(dest: str, capsys: pytest.CaptureFixt
     assert code == 0
     written = tmp_path / dest / "optimizer_to.py"
     assert written.is_file()
-    assert not (tmp_path / dest.rstrip("/")).is_file()
+    assert (tmp_path / dest.rstrip("/")).is_dir()
     assert out.splitlines()[0] == f"wrote {written}"
     assert callable(_import_as_hinted(out, monkeypatch)["optimizer_to"])
 
@@ -337,6 +337,8 @@ BAD_INPUT = parametrize_cases(
          message=r"unknown scenario 'xyzzy'; `samedevice list` shows all"),
     Case("empty_report_devices", argv=lambda tmp: ["report", "--devices="],
          message="samedevice report: argument --devices: no device named in ''"),
+    Case("copy_below_a_file", argv=lambda tmp: ["copy", "checkpoint", _report_file(tmp, "x") + "/sub/"],
+         message=r"copy: cannot create folder .*r\.json/sub \(Not a directory\)"),
     Case("copy_onto_a_file_as_folder", argv=lambda tmp: ["copy", "checkpoint", _report_file(tmp, "x") + "/"],
          message=r"copy: .*r\.json is a file, not a folder"),
     Case("unknown_device", argv=lambda tmp: ["tour", "--device", "gpu"],
@@ -386,7 +388,9 @@ import contextlib, io, sys, tempfile
 from samedevice import cli
 
 commands = [["--help"], ["list"], ["show", "sgd_momentum"], ["show", "sgd"], ["tour", "--device", "gpu"],
-            ["report", "--devices="], ["copy", "optimizer_to", tempfile.mkdtemp()]]
+            ["report", "--devices="], ["copy", "optimizer_to", tempfile.mkdtemp()],
+            ["diagnose", "Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+             "and cpu!"]]
 for argv in commands:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:

@@ -41,6 +41,14 @@ WORDINGS = parametrize_cases(
          template="generator", devices=("cuda", "cpu"), argument=None),
     Case("meta", text="NotImplementedError: Tensor on device meta is not on the expected device cuda:0!",
          template="meta", devices=("cuda:0", "meta"), argument=None),
+    Case("codegen_typo", text="RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! (when checking arugment for argument target in method wrapper_nll_loss_forward)",
+         template="codegen", devices=("cuda:0", "cpu"), argument="target"),
+    Case("mps_conv_types", text="RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same or input should be a MKLDNN tensor",
+         template="input_weight", devices=("mps", "cpu"), argument=None),
+    Case("pre_0_4_with_period", text="RuntimeError: expected type torch.FloatTensor but got torch.cuda.FloatTensor.",
+         template="legacy_type", devices=("cpu", "cuda"), argument=None),
+    Case("mps_oom", text="RuntimeError: MPS backend out of memory (MPS allocated: 1.20 GB)", template="oom", devices=(),
+         argument=None),
     Case("library_prefix", text="[rank0]: accelerate: RuntimeError: Expected all tensors to be on the same device, but "
          "found at least two devices, cuda:0 and cpu!", template="codegen", devices=("cuda:0", "cpu"), argument=None),
 )
@@ -105,6 +113,10 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     ("RuntimeError: Input and hidden tensors are not at the same device, found input tensor at cpu and hidden tensor "
      "at cuda:0\nThe above operation failed in interpreter.", "not_in_catalog", "torchscript"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
+    ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
+     "not_device_error", "differ in dtype"),
+    ("RuntimeError: Expected object of scalar type Float but got scalar type Double for argument #2 'target'",
+     "not_device_error", "differ in dtype"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
@@ -112,6 +124,22 @@ def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str,
     assert result.verdict == verdict
     assert note in result.note
     assert not result.found
+
+
+def test_code_does_not_turn_another_error_into_a_device_one() -> None:
+    """An error the templates do not read stays "no device error", whatever the pasted code suggests."""
+    result = diagnose.diagnose("ValueError: too many values to unpack", "for x, y in loader:\n    x = x.to(device)\n")
+    assert result.verdict == "unknown"
+    assert not result.found
+
+
+def test_pytest_frames_are_read() -> None:
+    """Frames as pytest prints them (`path.py:116: in forward`) count as frames and as the raise site."""
+    text = ("../site-packages/torch/nn/modules/linear.py:116: in forward\n    return F.linear(input, self.weight)\n"
+            "E   RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")
+    facts = diagnose.read(text)
+    assert facts.frames == ("layer",)
+    assert facts.site == "layer"
 
 
 def test_code_without_a_parse_falls_back_to_text() -> None:
@@ -153,6 +181,11 @@ def test_diagnose_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().err == "error: diagnose: the input is empty\n"
     assert cli.main(["diagnose", "--file", str(tmp_path / "none.txt")]) == 2
     assert "none.txt: cannot be read (No such file or directory)" in capsys.readouterr().err
+    assert cli.main(["diagnose", "--code", "-"]) == 2
+    assert "cannot both come from stdin" in capsys.readouterr().err
+    (tmp_path / "train.py").write_text("def forward(self, x):\n    return x + torch.arange(3)\n")
+    assert cli.main(["diagnose", "--code", str(tmp_path / "train.py")]) == 0  # the code alone can name it
+    assert "1. factory_in_forward" in capsys.readouterr().out
 
 
 # ---- the yardstick: real reports --------------------------------------------------------------------

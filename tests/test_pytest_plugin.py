@@ -82,6 +82,28 @@ def test_audit_of_a_tensor_made_inside_forward_says_what_it_cannot_see(pytester:
                                   r"during the failing call.*`samedevice show factory_in_forward`.*"])
 
 
+NOT_A_DEVICE_ERROR = '''
+def test_plain_failure(device):
+    optimizer_state = {"step": 1}
+    assert optimizer_state["step"] == 2
+'''
+
+
+def test_a_failure_that_is_no_device_error_gets_no_diagnosis(pytester: pytest.Pytester) -> None:
+    """Only a device error gets the diagnosis section; a plain assertion failure does not."""
+    result = _inner(pytester, NOT_A_DEVICE_ERROR, "--devices=cpu")
+    result.assert_outcomes(failed=1)
+    assert "device error diagnosis" not in result.stdout.str()
+
+
+@pytest.mark.emulator
+def test_mismatch_failure_gets_the_diagnosis(pytester: pytest.Pytester) -> None:
+    """A device mismatch gets a diagnosis section: the likeliest scenario and the command for its lesson."""
+    result = _inner(pytester, FAILING_TEST, "--devices=emulated")
+    result.stdout.re_match_lines([r"-+ device error diagnosis -+", r"likeliest scenario: batch_not_moved: .*",
+                                  r"the lesson: samedevice show batch_not_moved"])
+
+
 @pytest.mark.emulator
 def test_failure_traceback_ends_at_pytorch_not_in_the_emulator(pytester: pytest.Pytester) -> None:
     """A failing test's traceback ends, as on CUDA, at the PyTorch call that raised (linear.py's

@@ -1,6 +1,9 @@
 """2. Memory accounting, like torch.cuda.memory_allocated & co., with a capacity past which an
-allocation raises torch.OutOfMemoryError (before allocating, as CUDA's caching allocator does), in
-the words and figures of CUDA's message (c10/cuda/CUDACachingAllocator.cpp)."""
+allocation raises torch.OutOfMemoryError (before allocating, as CUDA's caching allocator does). Its
+message follows CUDA's (c10/cuda/CUDACachingAllocator.cpp): the same figures in the same units and
+order, with the device named as the emulator's ("emulated:0 ... Device 0"); other processes are one
+figure (CUDA names each by its pid), and the cache's parts (reserved but unallocated, the advice on
+fragmentation) are left out: the emulator keeps no cache."""
 
 from __future__ import annotations
 
