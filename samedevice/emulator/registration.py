@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -175,10 +176,20 @@ class _DeviceModule:
 # an active exception"), or, when it does not, leaves the engine waiting 10 s at exit for a thread that
 # is gone. So at exit, before finalizing, the emulator hands each device's worker one tiny graph and waits
 # for it: a worker runs it only after it has its thread state, and then sleeps in C++ without Python.
-# The graph's tensors stay referenced here, so the worker never frees a Python object of it.
 # tests/test_emulator_host.py reproduces the race on demand, by delaying the workers' start.
+# The same abort has a second way in, caught with a backtrace at abort() (Engine::thread_main ->
+# TensorImpl::decref_pyobject -> PyEval_AcquireThread): a worker marks its graph done, the caller
+# resumes, and only then, at the end of its loop's turn, does the worker drop its GraphTask, whose
+# future holds the gradients `torch.autograd.grad` returned. A tensor whose C++ count falls to the one
+# reference its Python object holds hands that object back (decref_pyobject), which takes the GIL: on a
+# busy machine, during the finalization. So the gradient gets one more C++ reference, as the leaf's
+# `.grad`: the worker's late drop then leaves two, and touches no Python object. The GraphTask also
+# holds the caller's thread-local state, whose Python objects (SafePyObject) its disposal releases
+# under the GIL (~ThreadLocalState); no interface says when a worker has finished its turn, so the
+# drain ends with a short wait, the GIL released, in which a worker descheduled at its turn's end runs.
 
 _last_graph: list[Any] = []
+DRAIN_WAIT_S = 0.05
 
 
 def _drain_autograd_workers() -> None:
@@ -191,9 +202,12 @@ def _drain_autograd_workers() -> None:
             leaf = torch.ones((), device=torch.device(NAME, index), requires_grad=True)
             seed = torch.ones((), device=torch.device(NAME, index))
             out = leaf * 1.0
-            _last_graph.append((leaf, seed, out, torch.autograd.grad(out, leaf, seed)))
+            grads = torch.autograd.grad(out, leaf, seed)
+            leaf.grad = grads[0]  # a second C++ reference to the gradient: see above
+            _last_graph.append((leaf, seed, out, grads))
         except Exception:  # never fail an exit over this
             return
+    time.sleep(DRAIN_WAIT_S)
 
 
 # ---- registration -------------------------------------------------------------------------------
