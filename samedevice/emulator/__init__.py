@@ -64,6 +64,7 @@ from samedevice.emulator import (  # noqa: F401 (rules)
     registration,
     rng,
     serialization,
+    streams,
     tensor,
     transfers,
 )
@@ -88,7 +89,8 @@ from samedevice.emulator.registration import (
 )
 from samedevice.emulator.tensor import EmulatedTensor
 
-registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register])
+registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register,
+                                streams.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

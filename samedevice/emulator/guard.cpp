@@ -7,8 +7,11 @@
 // - the current device is per host thread, as cudaSetDevice's is;
 // - deviceCount() reports both emulated devices, so the autograd engine keeps a ready queue for each
 //   (engine.cpp sizes device_ready_queues_ from the largest count of any guard);
-// - every op runs synchronously on the host, so streams are the default one and events have
-//   completed when they are recorded.
+// - streams as CUDA's guard keeps them (CUDAStream.cpp): each device has its default stream (id 0)
+//   and a pool of 32 more handed out round robin; the current stream is per host thread and device,
+//   and exchangeStream switches it. Every op runs synchronously on the host, so a stream has always
+//   finished its work and an event has completed when it is recorded; events with timing record the
+//   host clock, so elapsed_time is the host time between two records.
 // It also registers an allocator that refuses, with a clear message, the one path that would
 // allocate emulated memory in C++ (a storage made on the device), instead of a null allocator crash,
 // and the backend's hooks (PrivateUse1HooksInterface, in place of the Python ones), which give the
@@ -20,7 +23,10 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -30,7 +36,26 @@ using namespace c10;
 
 constexpr DeviceIndex kDeviceCount = 2;
 thread_local DeviceIndex current_index = 0;
+thread_local std::array<StreamId, kDeviceCount> current_stream{};  // 0: the default stream
+constexpr StreamId kStreamsPerPool = 32;  // CUDAStream.cpp's kStreamsPerPool
+std::array<std::atomic<StreamId>, kDeviceCount> next_pool_stream{};
+
+// An event, made at its first record (CUDAGuardImpl::record creates its cudaEvent_t lazily, with timing
+// only for EventFlag::BACKEND_DEFAULT, i.e. torch.Event(enable_timing=True)).
+struct EmulatedEvent {
+  bool timing;
+  std::chrono::steady_clock::time_point recorded;
+};
 std::atomic<bool> absent{false};  // the process plays a host without the accelerator (registration.py)
+
+double elapsed_ms(void* start, void* end) {
+  TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");  // CUDA's message
+  auto a = static_cast<EmulatedEvent*>(start), b = static_cast<EmulatedEvent*>(end);
+  // cudaEventElapsedTime refuses an event made without timing (cudaErrorInvalidResourceHandle)
+  TORCH_CHECK(a->timing && b->timing, "emulated accelerator: elapsed_time needs both events made with "
+              "enable_timing=True (CUDA fails here too, with 'invalid resource handle')");
+  return std::chrono::duration<double, std::milli>(b->recorded - a->recorded).count();
+}
 
 struct EmulatedGuard final : public impl::DeviceGuardImplInterface {
   DeviceType type() const override { return DeviceType::PrivateUse1; }
@@ -49,18 +74,43 @@ struct EmulatedGuard final : public impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(Device d) const noexcept override {
     if (d.index() >= 0 && d.index() < kDeviceCount) current_index = d.index();
   }
-  Stream getStream(Device d) const override { return Stream(Stream::DEFAULT, d); }
-  Stream getNewStream(Device d, int /*priority*/) const override { return Stream(Stream::DEFAULT, d); }
-  Stream exchangeStream(Stream s) const override { return Stream(Stream::DEFAULT, s.device()); }
+  Stream getStream(Device d) const override {
+    return Stream(Stream::UNSAFE, d, current_stream.at(checked(d)));
+  }
+  Stream getDefaultStream(Device d) const override { checked(d); return Stream(Stream::DEFAULT, d); }
+  Stream getNewStream(Device d, int /*priority*/) const override {
+    return Stream(Stream::UNSAFE, d, 1 + next_pool_stream[checked(d)]++ % kStreamsPerPool);
+  }
+  Stream getStreamFromGlobalPool(Device d, bool /*high_priority*/) const override { return getNewStream(d, 0); }
+  Stream exchangeStream(Stream s) const override {
+    Stream old = getStream(s.device());
+    current_stream[checked(s.device())] = s.id();
+    return old;
+  }
   DeviceIndex deviceCount() const noexcept override { return kDeviceCount; }
-  void record(void** event, const Stream&, const DeviceIndex, const EventFlag) const override { *event = nullptr; }
+  void record(void** event, const Stream& stream, const DeviceIndex device_index, const EventFlag flag) const override {
+    // CUDAGuardImpl::record's check, with its message
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                int(device_index), " does not match recording stream's device index ", int(stream.device_index()), ".");
+    if (*event == nullptr) *event = new EmulatedEvent{flag == EventFlag::BACKEND_DEFAULT, {}};
+    static_cast<EmulatedEvent*>(*event)->recorded = std::chrono::steady_clock::now();
+  }
   void block(void*, const Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const DeviceIndex) const noexcept override {}
+  void destroyEvent(void* event, const DeviceIndex) const noexcept override { delete static_cast<EmulatedEvent*>(event); }
   bool queryStream(const Stream&) const override { return true; }
   void synchronizeStream(const Stream&) const override {}
   void synchronizeEvent(void*) const override {}
   void synchronizeDevice(const DeviceIndex) const override {}
+  double elapsedTime(void* start, void* end, const DeviceIndex) const override { return elapsed_ms(start, end); }
+
+ private:
+  static size_t checked(Device d) {
+    TORCH_CHECK(d.index() >= 0 && d.index() < kDeviceCount, "emulated device index ", int(d.index()),
+                " is out of range: the emulator has ", int(kDeviceCount), " devices, indices 0 to ",
+                int(kDeviceCount) - 1);
+    return static_cast<size_t>(d.index());
+  }
 };
 
 struct RefusingAllocator final : public Allocator {
@@ -165,6 +215,18 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
 }  // namespace
 
 extern "C" void samedevice_set_absent(int value) { absent = value != 0; }
+
+// torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the
+// subclass asks here, by the events' handles (event_id). 0 and the time in *out, or 1 and the message in *out_error.
+extern "C" int samedevice_elapsed_time(void* start, void* end, double* out, char* out_error, size_t error_size) {
+  try {
+    *out = elapsed_ms(start, end);
+    return 0;
+  } catch (const c10::Error& e) {
+    std::snprintf(out_error, error_size, "%s", e.what_without_backtrace());
+    return 1;
+  }
+}
 
 // 1: the guard and the hooks are registered; 0: another guard was there first (nothing registered).
 extern "C" int samedevice_register_guard() {

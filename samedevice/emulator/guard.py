@@ -1,15 +1,17 @@
-"""The C++ device guard and hooks (guard.cpp): compiled at first use, cached, loaded before PyTorch's Python ones.
+"""The C++ device guard and hooks (guard.cpp) and CUDA's autocast policy (autocast.cpp): compiled at first use
+into one library, cached, loaded before PyTorch's Python guard and hooks.
 
 Why C++: PyTorch's Python device guard for PrivateUse1 cannot keep a current device or report two
 devices, and it calls into Python from noexcept methods, which aborts the process when an error is
 pending in backward or the interpreter is exiting. A guard in C++ does what CUDA's does (guard.cpp).
 
-The build takes about 3 s with g++ against the headers that PyTorch's wheel ships; the library is
-cached per PyTorch version and source under $SAMEDEVICE_CACHE (default ~/.cache/samedevice), written
+The build takes about 25 s of CPU with g++ against the headers that PyTorch's wheel ships (3 s of it the
+guard, the rest ATen's operator headers that the autocast wrappers need); the library is built once and
+cached per PyTorch version and sources under $SAMEDEVICE_CACHE (default ~/.cache/samedevice), written
 to a temporary name and renamed, so processes that build at once never see half a file. Without a
 compiler or headers (or with SAMEDEVICE_EMULATOR_GUARD=python) the emulator falls back to PyTorch's
 Python guard and hooks and says so in one line: one current device (0), backward on emulated:0 only,
-no device generators and no pinned memory.
+no device generators, no pinned memory, and no autocast (its first op fails naming the emulator).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("guard.cpp")
+SOURCES = (Path(__file__).with_name("guard.cpp"), Path(__file__).with_name("autocast.cpp"))
 _loaded: list[ctypes.CDLL] = []  # kept alive: the registered guard lives in this library
 
 
@@ -36,8 +38,9 @@ def cache_dir() -> Path:
 
 
 def library_path() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()
-    return cache_dir() / f"guard-{torch.__version__.replace('+', '_')}-{digest[:16]}.so"
+    sources = b"".join(source.read_bytes() for source in SOURCES)
+    digest = hashlib.sha256(sources + torch.__version__.encode() + sys.version.encode()).hexdigest()
+    return cache_dir() / f"emulator-{torch.__version__.replace('+', '_')}-{digest[:16]}.so"
 
 
 def _build(target: Path) -> None:
@@ -53,7 +56,8 @@ def _build(target: Path) -> None:
     os.close(fd)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           f"-I{include}", str(SOURCE), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
+           f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
+           *map(str, SOURCES), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
     if sysconfig.get_platform().startswith("macosx"):
         cmd[1:1] = ["-undefined", "dynamic_lookup"]
     try:
@@ -61,7 +65,7 @@ def _build(target: Path) -> None:
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or ["(no output)"]
             first_error = next((line for line in lines if "error" in line), lines[-1])
-            raise RuntimeError(f"compiling the device guard failed: {first_error.strip()}")
+            raise RuntimeError(f"compiling the emulator's C++ part failed: {first_error.strip()}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -73,8 +77,19 @@ def set_absent(value: bool) -> None:
     _loaded[0].samedevice_set_absent(int(value))
 
 
+def elapsed_time(start_event_id: int, end_event_id: int) -> float:
+    """Milliseconds between two recorded events, by their handles (see samedevice_elapsed_time in guard.cpp)."""
+    out, error = ctypes.c_double(), ctypes.create_string_buffer(512)
+    failed = _loaded[0].samedevice_elapsed_time(ctypes.c_void_p(start_event_id), ctypes.c_void_p(end_event_id),
+                                                ctypes.byref(out), error, ctypes.c_size_t(len(error)))
+    if failed:
+        raise RuntimeError(error.value.decode())
+    return out.value
+
+
 def install() -> str | None:
-    """Build (once), load and register the C++ guard. None when it is in place, else why not (one line)."""
+    """Build (once), load and register the C++ guard, hooks and autocast policy. None when they are in place,
+    else why not (one line)."""
     if os.environ.get("SAMEDEVICE_EMULATOR_GUARD") == "python":
         return "SAMEDEVICE_EMULATOR_GUARD=python is set"
     try:
@@ -86,5 +101,6 @@ def install() -> str | None:
         return str(e).splitlines()[0] if str(e) else type(e).__name__
     if not lib.samedevice_register_guard():
         return "another device guard was registered for PrivateUse1 first"
+    lib.samedevice_register_autocast()
     _loaded.append(lib)
     return None
