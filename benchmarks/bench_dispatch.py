@@ -9,6 +9,9 @@ drift hits both alike, medians of repeated runs:
 - one Adam step of a tiny MLP (4 -> 8 -> 2): emulated vs CPU. Target: at most 3x. The same step with
   the trivial wrapper's tensors as parameters and data is measured too: what any Python tensor
   subclass pays for that step, the floor under the emulated one.
+- one op inside autocast (a bfloat16 linear of float32 inputs, so autocast casts both): under
+  torch.autocast("emulated") on the device vs under torch.autocast("cpu") on CPU, each backend's policy
+  casting the same inputs.
 Results go to benchmarks/out/ (ignored by git) unless --save writes the recorded
 benchmarks/results/dispatch.json.
 """
@@ -96,12 +99,24 @@ def main() -> None:
     fa, fb = Floor(torch.ones(16)), Floor(torch.ones(16))
     cpu_step, emu_step, floor_step = tiny_step(torch.device("cpu")), tiny_step(dev), tiny_step(None)
     op, floor, step_cpu, step_emu, step_floor = [], [], [], [], []
+    amp_cpu, amp_emu = [], []
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    xd, wd = x.to(dev), w.to(dev)
+
+    def amp_linear(device_type: str, *tensors: torch.Tensor) -> Any:
+        def op() -> None:
+            with torch.autocast(device_type, dtype=torch.bfloat16):
+                nn.functional.linear(*tensors)
+        return op
+
     for _ in range(rounds):
         op.append(per_call(lambda: a + b, n_ops))
         floor.append(per_call(lambda: fa + fb, n_ops))
         step_cpu.append(per_call(cpu_step, n_steps))
         step_emu.append(per_call(emu_step, n_steps))
         step_floor.append(per_call(floor_step, n_steps))
+        amp_cpu.append(per_call(amp_linear("cpu", x, w), n_ops))
+        amp_emu.append(per_call(amp_linear(emulator.NAME, xd, wd), n_ops))
     med = statistics.median
     result = {
         "op_us": round(med(op) * 1e6, 2), "floor_us": round(med(floor) * 1e6, 2),
@@ -114,6 +129,8 @@ def main() -> None:
         "tiny_step_floor_ratio": round(med(step_floor) / med(step_cpu), 3),
         "tiny_step_floor_ratio_spread": [round(min(step_floor) / max(step_cpu), 3),
                                          round(max(step_floor) / min(step_cpu), 3)],
+        "autocast_op_cpu_us": round(med(amp_cpu) * 1e6, 2), "autocast_op_emulated_us": round(med(amp_emu) * 1e6, 2),
+        "autocast_op_ratio": round(med(amp_emu) / med(amp_cpu), 3),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
     }
     write("dispatch", result, args.save)
@@ -123,6 +140,8 @@ def main() -> None:
           f"ratio {result['tiny_step_ratio']}x (target <= 3x)")
     print(f"  the same step with the trivial wrapper: {result['tiny_step_floor_us']} us, "
           f"{result['tiny_step_floor_ratio']}x cpu")
+    print(f"a linear under autocast (bfloat16): emulated {result['autocast_op_emulated_us']} us, cpu "
+          f"{result['autocast_op_cpu_us']} us, ratio {result['autocast_op_ratio']}x")
 
 
 if __name__ == "__main__":

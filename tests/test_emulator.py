@@ -635,6 +635,9 @@ GUARDLESS = {
                            "w = torch.ones(2, device=emulator.device(1), requires_grad=True); (w * 2).sum().backward()",
     "device_generator": "torch.Generator(device=emulator.device())",
     "pin_memory": "emulator.device(); torch.ones(2).pin_memory()",
+    "autocast": "x = torch.ones(2, 2, device=emulator.device())\n"
+                "with torch.autocast('emulated', enabled=False): torch.mm(x, x)\n"
+                "with torch.autocast('emulated', dtype=torch.float16): torch.mm(x, x)",
 }
 GUARDLESS_RUN = """
 import torch
@@ -669,7 +672,7 @@ def test_backward_on_the_guard_less_fallback_is_limited_to_index_0(guardless: su
     notes = [line for line in guardless.stderr.splitlines() if line.startswith("samedevice:")]
     assert notes == ["samedevice: emulated accelerator without its C++ device guard "
                      "(SAMEDEVICE_EMULATOR_GUARD=python is set); one current device, backward on emulated:0 "
-                     "only, no device generators, no pinned memory"]
+                     "only, no device generators, no pinned memory, no autocast"]
 
 
 @pytest.mark.parametrize("name", ["device_generator", "pin_memory"])
@@ -679,6 +682,15 @@ def test_generators_and_pinned_memory_need_the_cpp_hooks(name: str, guardless: s
     outcome = _outcome(guardless, name)
     assert outcome.startswith(f"[{name}] NotImplementedError: ")
     assert "You should register `PrivateUse1HooksInterface`" in outcome
+
+
+def test_autocast_without_the_cpp_part_fails_in_one_line(guardless: subprocess.CompletedProcess[str]) -> None:
+    """Departure, without a C++ compiler only: autocast on the device cannot run (CUDA's policy is registered
+    in C++); a disabled region runs, and the first op in an enabled one fails in one line naming the emulator
+    and the reason, not PyTorch's "Could not run ... 'Autocastemulated' backend"."""
+    assert _outcome(guardless, "autocast") == (
+        "[autocast] RuntimeError: emulated accelerator: torch.autocast('emulated') needs the emulator's C++ "
+        "part, which is not loaded (SAMEDEVICE_EMULATOR_GUARD=python is set); mm cannot run under autocast")
 
 
 def test_unsupported_op_fails_loudly_with_its_name(tmp_path: Path) -> None:

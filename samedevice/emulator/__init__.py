@@ -21,15 +21,19 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
    the resizing kernels' dtypes);
 5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
 6. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
-7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it.
+7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it;
+8. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
+   CUDA's autocast policy, registered for the device from ATen's own op lists.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
 
 Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, listed in the README):
 - register (`device()`) before the process's first backward: PyTorch sizes its autograd device
-  queues then;
+  queues then (registered later, it warns in one line);
 - without a C++ compiler the emulator falls back to PyTorch's Python device guard and hooks (it says
   so in one line): one current device, backward on emulated:0 only, no device generators, no pinned
-  memory;
+  memory, no autocast (refused in one line);
+- torch.compile does not compile device code: fullgraph=True raises one line naming the emulator;
+  otherwise Dynamo breaks the graph at the first emulated tensor and runs the code eagerly;
 - moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
   Parameters (CUDA keeps them);
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph

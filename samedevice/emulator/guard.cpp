@@ -22,6 +22,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include <array>
 #include <atomic>
@@ -226,6 +227,22 @@ extern "C" int samedevice_elapsed_time(void* start, void* end, double* out, char
     std::snprintf(out_error, error_size, "%s", e.what_without_backtrace());
     return 1;
   }
+}
+
+// Registering late: the autograd engine sizes its device queues once, at the process's first backward, from the
+// largest device count of the guards registered then (engine.cpp, Engine::start_device_threads, which also makes
+// thread_pool_shared_ at that moment). A backward on the device after a backward without the emulator's guard
+// then fails with "device_ready_queues_ ... INTERNAL ASSERT FAILED". Read here (the members are protected):
+// -1 when the engine has not started its device threads yet, else how many device queues it made.
+struct EnginePeek : torch::autograd::Engine {
+  static int device_queues(torch::autograd::Engine& engine) {
+    if (!(engine.*(&EnginePeek::thread_pool_shared_))) return -1;
+    return static_cast<int>((engine.*(&EnginePeek::device_ready_queues_)).size());
+  }
+};
+
+extern "C" int samedevice_autograd_device_queues() {
+  return EnginePeek::device_queues(torch::autograd::Engine::get_default_engine());
 }
 
 // 1: the guard and the hooks are registered; 0: another guard was there first (nothing registered).

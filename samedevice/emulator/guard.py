@@ -87,6 +87,11 @@ def elapsed_time(start_event_id: int, end_event_id: int) -> float:
     return out.value
 
 
+def autograd_device_queues() -> int:
+    """How many device queues PyTorch's autograd engine made at the process's first backward; -1: none yet."""
+    return int(_loaded[0].samedevice_autograd_device_queues())
+
+
 def install() -> str | None:
     """Build (once), load and register the C++ guard, hooks and autocast policy. None when they are in place,
     else why not (one line)."""

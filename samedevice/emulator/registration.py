@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -249,7 +250,8 @@ def register() -> None:
         if why is not None:
             _fallback_reason = why
             print(f"samedevice: emulated accelerator without its C++ device guard ({why}); one current "
-                  "device, backward on emulated:0 only, no device generators, no pinned memory", file=sys.stderr)
+                  "device, backward on emulated:0 only, no device generators, no pinned memory, no autocast",
+                  file=sys.stderr)
         if _native_guard:
             # _setup_privateuseone_for_python_backend without its Python hooks and guard: guard.cpp
             # registered the C++ ones (PyTorch takes the hooks once and refuses a second registration)
@@ -263,11 +265,95 @@ def register() -> None:
             torch._register_device_module(NAME, _DeviceModule())
         else:
             _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
+            _refuse_autocast(_fallback_reason)
     for hook in _on_register:
         hook()
+    _hide_from_dynamo()
+    if _native_guard:
+        _warn_if_registered_late()
     _sync_absent()
     atexit.register(_drain_autograd_workers)
     _registered = True
+
+
+_fallthrough: list[torch.library.Library] = []  # kept: a registration lives as long as its Library
+
+
+def _refuse_autocast(why: str) -> None:
+    """Without the C++ part (autocast.cpp), an op on device tensors under torch.autocast("emulated") fails in
+    one line naming the emulator and the reason, not with PyTorch's "Could not run ... 'Autocastemulated'
+    backend" wall. The autocast key falls through, and the tensors' __torch_function__ refuses: inside
+    __torch_dispatch__ PyTorch has masked the autocast state, and a Python fallback for a subclass's op is
+    routed to a per-op registration that does not exist (an internal assert)."""
+    from samedevice.emulator.tensor import EmulatedTensor
+
+    lib = torch.library.Library("_", "IMPL")  # a fallback is registered on the global namespace
+    lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    _fallthrough.append(lib)
+    refusal = (f"emulated accelerator: torch.autocast({NAME!r}) needs the emulator's C++ part, which is not "
+               f"loaded ({why})")
+
+    def refusing_torch_function(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if torch.is_autocast_enabled(NAME):
+            raise RuntimeError(f"{refusal}; {getattr(func, '__name__', func)} cannot run under autocast")
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    EmulatedTensor.__torch_function__ = classmethod(refusing_torch_function)  # type: ignore[assignment]
+
+
+def _hide_from_dynamo() -> None:
+    """torch.compile's frame hook stays set while a compiled function runs eagerly (after a graph break), and
+    would compile the emulator's own Python (its dispatch, its kernels) as user code. Every function of the
+    emulator is marked as Dynamo marks its own (torch._dynamo.eval_frame.skip_code, recursively: what it calls
+    is skipped too), through the C entry point, so registering imports nothing of Dynamo."""
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+
+    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    seen: set[int] = set()
+
+    def mark(code: Any) -> None:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        set_code_exec_strategy(code, skip)
+        for const in code.co_consts:
+            if hasattr(const, "co_code"):
+                mark(const)
+
+    def visit(obj: Any, depth: int = 0) -> None:
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, property):
+            for fn in (obj.fget, obj.fset, obj.fdel):
+                if fn is not None:
+                    visit(fn)
+        elif hasattr(obj, "__code__") and getattr(obj, "__module__", "").startswith(__package__):
+            mark(obj.__code__)
+        elif isinstance(obj, type) and obj.__module__.startswith(__package__) and depth == 0:
+            for member in vars(obj).values():
+                visit(member, 1)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith(__package__):
+            for obj in list(vars(module).values()):
+                visit(obj)
+
+
+def _warn_if_registered_late() -> None:
+    """PyTorch's autograd engine makes its device queues once, at the process's first backward, for the devices
+    registered then (engine.cpp, Engine::start_device_threads); a later backward on an emulated device beyond
+    them fails with PyTorch's "INTERNAL ASSERT FAILED ... please report a bug". Say so now, in one line."""
+    from samedevice.emulator import guard
+
+    queues = guard.autograd_device_queues()
+    if 0 <= queues < DEVICE_COUNT:
+        first = f"{NAME}:{queues}" if queues else f"any {NAME} device"
+        warnings.warn(
+            f"samedevice: the emulated accelerator was registered after this process's first backward pass, when "
+            f"PyTorch's autograd engine made queues for {queues} device(s): a backward on {first} will fail with "
+            "an INTERNAL ASSERT; register it before any backward (samedevice.emulator.device(); in pytest the "
+            "plugin does)", RuntimeWarning, stacklevel=4)
 
 
 def device(index: int = 0) -> torch.device:

@@ -38,6 +38,8 @@ class EmulatedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, alloc: Allocation | None = None) -> EmulatedTensor:
+        if type(elem) is not torch.Tensor and _traced(elem):
+            raise compile_refusal()
         if elem.is_nested:
             return nested_tensor(elem, index, alloc)  # the transformer fast path's packed batch (nested.py)
         if elem.layout != torch.strided:
@@ -81,6 +83,10 @@ class EmulatedTensor(torch.Tensor):
 
     @property
     def __tensor_flatten__(self) -> Any:
+        if torch._guards.TracingContext.try_get() is not None:
+            # torch.compile's first look at an input (VariableBuilder.wrap_tensor -> is_fake ->
+            # is_traceable_wrapper_subclass) asks for this attribute: refuse there, in one line (below)
+            raise compile_refusal()
         if not self.is_copy:
             raise AttributeError("__tensor_flatten__")
         return self._flatten
@@ -141,6 +147,33 @@ class EmulatedTensor(torch.Tensor):
 
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+# torch.compile: Dynamo makes fake copies of its inputs (FakeTensor, FunctionalTensor) and runs the ops on them;
+# a wrapper subclass's Python dispatch then meets data it cannot reach, and Dynamo reports "Cannot access data
+# pointer ... report a bug to PyTorch" (or "'property' object is not callable") from deep inside. So the
+# emulator says in one line what does not work, where Dynamo first looks at an emulated tensor (the
+# __tensor_flatten__ above, while a TracingContext is active) and, for other tracers (FakeTensorMode,
+# functionalization), where a fake copy would be wrapped. It raises a UserError, which Dynamo passes on as it
+# is (convert_frame.py re-raises UserError, and wraps any other exception in InternalTorchDynamoError).
+COMPILE_REFUSAL = (
+    f"emulated accelerator: torch.compile cannot trace tensors on {NAME} devices (the emulator is a Python "
+    "tensor subclass, whose dispatch Dynamo's fake tensors cannot run); run the model eagerly on the device, "
+    "or compile it on cpu"
+)
+
+
+def _traced(elem: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(elem, (FakeTensor, FunctionalTensor))
+
+
+def compile_refusal() -> Exception:
+    from torch._dynamo.exc import UserError, UserErrorType
+
+    return UserError(UserErrorType.INVALID_INPUT, COMPILE_REFUSAL)
 
 
 def set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
