@@ -309,6 +309,8 @@ SIGNALS = {
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
     "jit_trace": r"\bjit\.trace\(", "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
+    # parts of one model placed on devices of their own: a device map, or a submodule moved by itself
+    "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)\s*=|\b(?:self|model)\.\w+\.to\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     "mps": r"\bmps\b", "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",

@@ -244,6 +244,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              clues=Clues(pairs=("two_accelerators",), code=("index_less", "ranks"), prior=0.3,
                    confirm="print torch.accelerator.current_device_index() in each worker",
                    question="is it two devices of one kind, with `.cuda()` or \"cuda\" in a process for device 1?")),
+    Scenario("model_split_across_devices", "A model split over two devices whose loss mixes its two ends: the "
+             "labels on the first device, the logits on the last", "user reports (device maps)",
+             _accelerators("mismatch", mps="none"), min_devices=2,
+             clues=Clues(pairs=("two_accelerators",), frames=("loss",), code=("split_model", "device_map"), prior=0.3,
+                         confirm="audit.misplaced(first_device, model=model) names the layers on the last device; "
+                         "print the devices of the output and the labels",
+                         question="is the model split over two devices (device_map, a submodule moved by itself)?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
              clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),

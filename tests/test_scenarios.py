@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from pytest_parametrize_cases import Case, parametrize_cases
+import torch.nn.functional as F
 from torch import nn
 
 from samedevice import audit, devices, harness, orders, registry, tiny
@@ -727,7 +728,7 @@ def _two_devices(accelerator: torch.device) -> torch.device:
     """The second device of the accelerator's kind; skips where the host cannot train on two."""
     count = devices.count(accelerator.type)
     if count < 2:
-        pytest.skip(f"index_less_device needs two {accelerator.type} devices; this host can train on {count}")
+        pytest.skip(f"this scenario needs two {accelerator.type} devices; this host can train on {count}")
     return torch.device(accelerator.type, 1)
 
 
@@ -773,3 +774,30 @@ def test_index_less_device_is_harmless_with_one_device(monkeypatch: pytest.Monke
     monkeypatch.setattr(devices, "count", lambda kind: 1)
     assert scenario.symptom("emulated") == "none"
     assert harness.second_device(torch.device("emulated", 0)) == torch.device("emulated", 0)
+
+
+# ---- model_split_across_devices ------------------------------------------------------------------
+
+
+def test_model_split_across_devices_output_is_on_the_last_device(accelerator: torch.device) -> None:
+    """The split model's own code crosses the seam, so its forward runs; the output is on the last device,
+    the labels moved with the batch on the first: the loss is where the two ends meet."""
+    last = _two_devices(accelerator)
+    case = registry.get("model_split_across_devices").case()
+    model = harness.new_model(case.SplitNet).place(accelerator, last)
+    x, y = harness.batches()[0]
+    out = model(x.to(accelerator))
+    assert out.device == last
+    with pytest.raises(RuntimeError, match=f"{SAME}, but found at least two devices, {last} and "
+                                           f"{torch.device(accelerator.type, 0)}!"):
+        F.mse_loss(out, y.to(accelerator))
+    assert F.mse_loss(out, y.to(out.device)).device == last
+
+
+def test_model_split_across_devices_audit_names_the_last_layers(accelerator: torch.device) -> None:
+    """Asked about the device the batch goes to, the audit names the layers the split put on the last one."""
+    last = _two_devices(accelerator)
+    case = registry.get("model_split_across_devices").case()
+    model = harness.new_model(case.SplitNet).place(accelerator, last)
+    found = audit.misplaced(accelerator, model=model)
+    assert [(item.path, item.device) for item in found] == [("model.fc2.weight", last), ("model.fc2.bias", last)]
