@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from pytest_parametrize_cases import Case, parametrize_cases
 import torch.nn.functional as F
+from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
 from samedevice import audit, devices, harness, orders, registry, tiny
