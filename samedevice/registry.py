@@ -251,6 +251,13 @@ SCENARIOS: tuple[Scenario, ...] = (
                          confirm="audit.misplaced(first_device, model=model) names the layers on the last device; "
                          "print the devices of the output and the labels",
                          question="is the model split over two devices (device_map, a submodule moved by itself)?")),
+    Scenario("offload_device_read", "Offloaded weights asked for the model's device: a parameter says cpu, the "
+             "model runs on the accelerator", "user reports (offload)", _accelerators("mismatch"),
+             clues=Clues(pairs=("accelerator_cpu", "accelerator_meta"), code=("offload", "device_check"), prior=0.2,
+                         confirm="print(next(model.parameters()).device) beside the output's device: cpu (or meta) "
+                         "and the accelerator",
+                         question="are the weights offloaded (cpu_offload, enable_model_cpu_offload, a device map "
+                         "with cpu or disk)?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
              clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),

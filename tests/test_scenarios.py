@@ -801,3 +801,55 @@ def test_model_split_across_devices_audit_names_the_last_layers(accelerator: tor
     model = harness.new_model(case.SplitNet).place(accelerator, last)
     found = audit.misplaced(accelerator, model=model)
     assert [(item.path, item.device) for item in found] == [("model.fc2.weight", last), ("model.fc2.bias", last)]
+
+
+# ---- offload_device_read -------------------------------------------------------------------------
+
+
+def _offload_to_meta(model: nn.Module, execution_device: torch.device) -> nn.Module:
+    """An offload that leaves meta tensors in the module between calls (accelerate's cpu_offload keeps the
+    weights in a map): each call materializes them on the execution device."""
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    model.to("meta")
+
+    def before(module: nn.Module, args: tuple) -> tuple:
+        module.to_empty(device=execution_device)
+        module.load_state_dict(weights)
+        return tuple(a.to(execution_device) for a in args)
+
+    def after(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        module.to("meta")
+        return output
+
+    model.register_forward_pre_hook(before)
+    model.register_forward_hook(after)
+    model.execution_device = execution_device
+    return model
+
+
+def test_offload_device_read_with_weights_on_meta(accelerator: torch.device, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the resting weights on meta, a parameter answers meta, and the same loop fails naming meta; the
+    fix (the execution device) still reproduces the CPU numbers."""
+    scenario = registry.get("offload_device_read")
+    monkeypatch.setattr(scenario.case(), "offload", _offload_to_meta)
+    with pytest.raises(RuntimeError, match=f"Tensor on device meta is not on the expected device {accelerator}"):
+        scenario.case().run(accelerator, tmp_path)
+    monkeypatch.setattr(scenario.fix(), "offload", _offload_to_meta)
+    assert_same_params(scenario.fix().run(accelerator, tmp_path), scenario.fix().run(torch.device("cpu"), tmp_path),
+                       exact=False)
+
+
+@torch.no_grad()
+def test_offload_device_read_output_device_fix(accelerator: torch.device, tmp_path: Path) -> None:
+    """The other fix: each new tensor made on the device of the output it meets reproduces the CPU numbers."""
+    fix = registry.get("offload_device_read").fix()
+    model = fix.offload(harness.new_model(), accelerator)
+    g = torch.Generator().manual_seed(3)
+    sample = None
+    for x, _ in harness.batches()[:3]:
+        out = model(x)
+        noise = torch.randn(4, 2, generator=g).to(out.device)
+        sample = out - 0.1 * noise + 0.5 * (torch.zeros_like(out) if sample is None else sample)
+    assert sample is not None
+    assert_same_params({"sample": sample.cpu()}, fix.run(torch.device("cpu"), tmp_path), exact=False)
