@@ -231,6 +231,8 @@ FRAMES = {
     "dataparallel": (r"torch[/\\]nn[/\\]parallel[/\\](?:data_parallel|scatter_gather)\.py", None),
     "collective": (r"torch[/\\]distributed[/\\]distributed_c10d\.py", None),
     "ema": (r"ema", r"\w*ema\w*|update|step"),
+    # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
+    "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
@@ -307,7 +309,8 @@ SIGNALS = {
     "default_device": r"set_default_device\(|set_default_tensor_type\(",
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
-    "jit_trace": r"\bjit\.trace\(", "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
+    "jit_trace": r"\bjit\.trace\(|\bexport\.export\(|\btorch\.onnx\.export\(",
+    "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
     "offload": r"cpu_offload|enable_\w*offload|offload\w*\s*=|AlignDevicesHook|execution_device",
     # parts of one model placed on devices of their own: a device map, or a submodule moved by itself

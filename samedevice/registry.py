@@ -258,6 +258,13 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "and the accelerator",
                          question="are the weights offloaded (cpu_offload, enable_model_cpu_offload, a device map "
                          "with cpu or disk)?")),
+    Scenario("traced_device_constant", "A module exported or traced on CPU, run on the device: device=x.device "
+             "was recorded as cpu", "user reports", _accelerators("mismatch"),
+             clues=Clues(frames=("torchscript", "exported"), code=("jit_trace",), prior=0.2,
+                         confirm="print the exported graph (exported.graph_module.code, traced.code): "
+                         "device=cpu among its constants",
+                         question="was the model exported or traced (torch.export, torch.jit.trace) on another "
+                         "device than the one it runs on?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
              clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.export.passes
 import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
@@ -853,3 +854,53 @@ def test_offload_device_read_output_device_fix(accelerator: torch.device, tmp_pa
         sample = out - 0.1 * noise + 0.5 * (torch.zeros_like(out) if sample is None else sample)
     assert sample is not None
     assert_same_params({"sample": sample.cpu()}, fix.run(torch.device("cpu"), tmp_path), exact=False)
+
+
+# ---- traced_device_constant ----------------------------------------------------------------------
+
+
+class _Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(x.shape[0], 3, device=x.device)
+        return self.fc(x) * mask
+
+
+def test_traced_device_constant_jit_trace_on_the_emulator(accelerator: torch.device) -> None:
+    """torch.jit.trace on CPU records device("cpu"), and the traced function fails on the device inside the
+    TorchScript interpreter; traced on the device, or scripted, it runs. On the emulated device the inner
+    message is empty (a departure: PyTorch's interpreter reads a Python error it has not fetched), where CUDA
+    ends with the device error."""
+    def masked(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.ones(x.shape[0], 3, device=x.device)
+
+    with pytest.warns(DeprecationWarning, match="torch.jit.trace"):
+        traced = torch.jit.trace(masked, torch.zeros(2, 3))
+    assert 'device=torch.device("cpu")' in traced.code
+    with pytest.raises(RuntimeError, match="The following operation failed in the TorchScript interpreter") as info:
+        traced(torch.ones(2, 3, device=accelerator))
+    last = str(info.value).rstrip("\n").splitlines()[-1]
+    if accelerator.type == "emulated":
+        assert last == "RuntimeError: "
+    else:
+        assert last.startswith(f"RuntimeError: {SAME}")
+    with pytest.warns(DeprecationWarning, match="torch.jit.trace"):
+        on_device = torch.jit.trace(masked, torch.zeros(2, 3, device=accelerator))
+    assert on_device(torch.ones(2, 3, device=accelerator)).device == accelerator
+    with pytest.warns(DeprecationWarning, match="torch.jit.script"):
+        scripted = torch.jit.script(masked)
+    assert scripted(torch.ones(2, 3, device=accelerator)).device == accelerator
+
+
+def test_traced_device_constant_move_to_device_pass_moves_weights(accelerator: torch.device) -> None:
+    """move_to_device_pass retargets an exported module's weights as well as its recorded devices."""
+    torch.default_generator.manual_seed(0)
+    module = _Masked()
+    x = torch.randn(2, 3)
+    exported = torch.export.export(module, (x,))
+    moved = torch.export.passes.move_to_device_pass(exported, accelerator).module()
+    assert {p.device for p in moved.parameters()} == {accelerator}
+    assert_same_params({"out": moved(x.to(accelerator)).detach().cpu()}, {"out": module(x).detach()}, exact=False)
