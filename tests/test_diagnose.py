@@ -110,8 +110,6 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
      "fixed upstream in PyTorch 1.12.1"),
     ("RuntimeError: Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1.",
      "not_in_catalog", "does not teach"),
-    ("RuntimeError: Input and hidden tensors are not at the same device, found input tensor at cpu and hidden tensor "
-     "at cuda:0\nThe above operation failed in interpreter.", "not_in_catalog", "torchscript"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
     ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
      "not_device_error", "differ in dtype"),
@@ -210,13 +208,23 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.77, 0.89), False: (0.72, 0.85)}[with_code]
+    floor = {True: (0.76, 0.90), False: (0.68, 0.84)}[with_code]  # 51 covered reports (three new scenarios)
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     assert result["rest_right"] >= 0.63
 
 
+def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:
+    """An RNN's hidden state on another device than its input, raised inside the TorchScript interpreter: a
+    state made in forward, whose device a trace recorded as a constant; both lessons are offered."""
+    result = diagnose.diagnose("RuntimeError: Input and hidden tensors are not at the same device, found input "
+                               "tensor at cpu and hidden tensor at cuda:0\nThe above operation failed in interpreter.")
+    assert result.verdict == "ambiguous"
+    assert {m.slug for m in result.matches[:2]} == {"factory_in_forward", "traced_device_constant"}
+    assert "torchscript" in result.facts.frames
+
+
 def test_expected_verdicts() -> None:
     """A failure mode the catalog does not teach yet is right when it is said not to be in the catalog."""
-    assert expected_verdict("model_split_across_devices") == "not_in_catalog"
+    assert expected_verdict("collective_on_cpu_tensor") == "not_in_catalog"
     assert expected_verdict("fixed_upstream") == "fixed_upstream"

@@ -1,0 +1,163 @@
+"""Lightning (Trainer) and Fabric on the emulated device: `import samedevice.integrations.lightning`, then
+
+    L.Trainer(accelerator="emulated", strategy="emulated", devices=1, precision="bf16-mixed")
+    L.Fabric(accelerator="emulated", strategy="emulated")
+
+Importing this module registers, in Lightning's and Fabric's registries, an accelerator and a strategy both
+named "emulated". Both names are needed: Lightning's connector builds a single-device strategy only for the
+accelerators it knows (`_choose_strategy` in accelerator_connector.py and fabric/connector.py gives any other
+one `SingleDeviceStrategy(device="cpu")`), so an "emulated" accelerator alone would train on CPU; it says so
+in one line instead. The strategy also gives the mixed-precision plugin the device's autocast: the connector
+builds `MixedPrecision(device="cuda")` for every accelerator but cpu and mps, whose autocast would never touch
+an emulated tensor.
+
+One device only: two need DDP, whose collectives the emulated device has no process-group backend for yet.
+Lightning saves no RNG state in its checkpoints, for any device (a resumed fit with dropout differs from an
+uninterrupted one on CPU too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
+from lightning.fabric.accelerators.accelerator import Accelerator as FabricAccelerator
+from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
+from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
+from lightning.fabric.strategies import SingleDeviceStrategy as FabricSingleDevice
+from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
+from lightning.pytorch.plugins.precision.amp import MixedPrecision
+from lightning.pytorch.strategies import SingleDeviceStrategy, StrategyRegistry
+
+from samedevice import emulator
+from samedevice.errors import IntegrationError
+from samedevice.integrations import check_version
+
+check_version("lightning")
+NAME = emulator.NAME
+
+
+def _parse(devices: Any) -> list[int]:
+    count = {1: 1, "1": 1, "auto": 1, -1: 1, "-1": 1}.get(devices) if not isinstance(devices, list) else None
+    if count == 1 or devices == [0]:
+        return [0]
+    raise IntegrationError(f"Lightning on the emulated device: devices={devices!r} is not supported; use devices=1 "
+                           f"(emulated:0): {NAME}:0 and {NAME}:1 together need DDP, whose collectives the emulated "
+                           "device has no process-group backend for yet")
+
+
+class _Device:
+    """What Lightning's and Fabric's accelerators share."""
+
+    def setup_device(self, device: torch.device) -> None:
+        if device.type != NAME:
+            raise IntegrationError(
+                f"Lightning chose a strategy on {device} for accelerator='{NAME}': its connector builds a device "
+                f"strategy only for the accelerators it knows; pass strategy='{NAME}' too")
+        emulator.device(device.index or 0)
+        torch.emulated.set_device(device)  # type: ignore[attr-defined]
+
+    def teardown(self) -> None:
+        pass
+
+    @staticmethod
+    def parse_devices(devices: Any) -> list[int]:
+        return _parse(devices)
+
+    @staticmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        return [emulator.device(i) for i in _parse(devices)]
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return 1
+
+    @staticmethod
+    def is_available() -> bool:
+        return emulator.unavailable_reason() is None
+
+    @staticmethod
+    def name() -> str:
+        return NAME
+
+    def get_device_stats(self, device: Any) -> dict[str, Any]:
+        dev = torch.device(device)
+        return {"allocated_bytes": emulator.memory_allocated(dev), "max_allocated_bytes": emulator.max_memory_allocated(dev)}
+
+
+class EmulatedAccelerator(_Device, Accelerator):
+    """Lightning's accelerator for the emulated device."""
+
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
+        accelerator_registry.register(NAME, cls, description=cls.__name__)
+
+
+class FabricEmulatedAccelerator(_Device, FabricAccelerator):
+    """Fabric's accelerator for the emulated device."""
+
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
+        accelerator_registry.register(NAME, cls, description=cls.__name__)
+
+
+def _on_device(plugin: Any, mixed: type) -> Any:
+    # the connector's MixedPrecision(device="cuda"): the same precision with the device's autocast and GradScaler
+    if isinstance(plugin, mixed) and plugin.device != NAME:
+        return mixed(plugin.precision, NAME, scaler=torch.amp.GradScaler(NAME) if plugin.precision == "16-mixed" else None)
+    return plugin
+
+
+class EmulatedStrategy(SingleDeviceStrategy):
+    """Lightning's single-device strategy on emulated:0, with the device's autocast for mixed precision."""
+
+    strategy_name = NAME
+
+    def __init__(self, device: Any = None, **kwargs: Any) -> None:
+        super().__init__(device=emulator.device(0) if device is None else device, **kwargs)
+
+    @SingleDeviceStrategy.precision_plugin.setter  # type: ignore[attr-defined, untyped-decorator]
+    def precision_plugin(self, plugin: Any) -> None:
+        self._precision_plugin = _on_device(plugin, MixedPrecision)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(NAME, cls, description=cls.__name__)
+
+
+class FabricEmulatedStrategy(FabricSingleDevice):
+    """Fabric's single-device strategy on emulated:0, with the device's autocast for mixed precision."""
+
+    def __init__(self, device: Any = None, **kwargs: Any) -> None:
+        super().__init__(device=emulator.device(0) if device is None else device, **kwargs)
+
+    @FabricSingleDevice.precision.setter  # type: ignore[attr-defined, untyped-decorator]
+    def precision(self, plugin: Any) -> None:
+        self._precision = _on_device(plugin, FabricMixedPrecision)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(NAME, cls, description=cls.__name__)
+
+
+def register() -> None:
+    """Register the "emulated" accelerator and strategy with Lightning and Fabric (idempotent)."""
+    emulator.device()
+    for cls, registry in ((EmulatedAccelerator, AcceleratorRegistry), (FabricEmulatedAccelerator, FABRIC_ACCELERATORS)):
+        if NAME not in registry:
+            cls.register_accelerators(registry)
+    for strategy, registry in ((EmulatedStrategy, StrategyRegistry), (FabricEmulatedStrategy, FABRIC_STRATEGIES)):
+        if NAME not in registry:
+            strategy.register_strategies(registry)
+
+
+def trainer_kwargs(device: torch.device | str) -> dict[str, Any]:
+    """The keyword arguments that put `L.Trainer` (or `L.Fabric`) on `device`: cpu, emulated, cuda or mps."""
+    device = torch.device(device)
+    if device.type == NAME:
+        return {"accelerator": NAME, "strategy": NAME, "devices": 1}
+    return {"accelerator": device.type, "devices": [device.index] if device.index is not None else 1}
+
+
+register()
