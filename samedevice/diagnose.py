@@ -312,7 +312,8 @@ SIGNALS = {
     "jit_trace": r"\bjit\.trace\(|\bexport\.export\(|\btorch\.onnx\.export\(",
     "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
-    "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device|offload_(?:folder|state_dict|buffers)\s*=",
+    "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
+               r"|offload_(?:folder|state_dict|buffers)\s*=",
     # parts of one model placed on devices of their own: a device map, or a submodule moved by itself
     "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)\s*=|\b(?:self|model)\.\w+\.to\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",

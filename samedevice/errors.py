@@ -10,3 +10,8 @@ class UnsupportedTorchError(RuntimeError):
 
 class EmulatorUnavailableError(RuntimeError):
     """PrivateUse1 is already taken by another backend, so the emulator cannot register."""
+
+
+class IntegrationError(RuntimeError):
+    """A training stack (Lightning, Hugging Face, accelerate) asked for what the emulated device cannot give it,
+    or is outside the versions tested: one line saying which and why."""

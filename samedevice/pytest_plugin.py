@@ -10,7 +10,10 @@ Installed with the package (entry point `pytest11`), so any project that install
   and fails with a device mismatch gets a "device audit" section naming each misplaced tensor;
 - `--explain`: after a run of the catalog's tests, each selected scenario's lesson;
 - the diagnosis: a test that fails with a device error gets a "device error diagnosis" section, the
-  scenario `samedevice diagnose` finds likeliest, why, and the command that shows its lesson.
+  scenario `samedevice diagnose` finds likeliest, why, and the command that shows its lesson;
+- `lightning_kwargs`: the keyword arguments that put `L.Trainer` or `L.Fabric` on the test's `device`
+  (`L.Trainer(**lightning_kwargs, max_epochs=1)`), so a Lightning test runs on every device unchanged;
+  Lightning is imported only by a test that asks for it, and one without it skips saying so.
 
 The emulated backend is registered at configure time, before any test runs a backward pass (PyTorch
 sizes its autograd device queues at the first backward of a process), when "emulated" is among the
@@ -126,6 +129,15 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 def accelerator(request: pytest.FixtureRequest) -> torch.device:
     """Every selected device kind but cpu."""
     return _device(request)
+
+
+@pytest.fixture
+def lightning_kwargs(device: torch.device) -> dict[str, object]:
+    """`L.Trainer(**lightning_kwargs)` / `L.Fabric(**lightning_kwargs)` on the test's device."""
+    pytest.importorskip("lightning", reason="lightning is not installed (pip install 'same-device[stacks]')")
+    from samedevice.integrations import lightning
+
+    return lightning.trainer_kwargs(device)
 
 
 def record_error(request: pytest.FixtureRequest, slug: str, error: str) -> None:

@@ -243,3 +243,41 @@ def test_privateuse1_taken_skips_cleanly() -> None:
     assert "already taken by 'npu'" in run.stdout
     last = run.stdout.splitlines()[-1]
     assert re.fullmatch(r"=* ?2 passed, 2 skipped.*", last), last  # sgd_momentum on cpu ran; the emulated ones skipped
+
+
+LIGHTNING_TEST = '''
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+
+class Regressor(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, index):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_one_epoch(lightning_kwargs, device):
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
+    trainer = L.Trainer(**lightning_kwargs, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Regressor(), torch.utils.data.DataLoader(data, batch_size=4))
+    assert trainer.strategy.root_device.type == device.type
+'''
+
+
+@pytest.mark.emulator
+def test_lightning_kwargs_runs_a_users_lightning_test_on_every_device(pytester: pytest.Pytester) -> None:
+    """A user's Lightning test that takes lightning_kwargs runs on cpu and on the emulated device unchanged."""
+    pytest.importorskip("lightning", reason="lightning is not installed (pip install 'same-device[stacks]')")
+    result = _inner(pytester, LIGHTNING_TEST, "--devices=cpu,emulated", "-v", "-W", "ignore::UserWarning",
+                    "-W", "ignore::FutureWarning")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_one_epoch?cpu? PASSED*", "*test_one_epoch?emulated? PASSED*"])

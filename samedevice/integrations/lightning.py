@@ -25,7 +25,7 @@ from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELER
 from lightning.fabric.accelerators.accelerator import Accelerator as FabricAccelerator
 from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
 from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
-from lightning.fabric.strategies import SingleDeviceStrategy as FabricSingleDevice
+from lightning.fabric.strategies.single_device import SingleDeviceStrategy as FabricSingleDevice
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
 from lightning.pytorch.plugins.precision.amp import MixedPrecision
 from lightning.pytorch.strategies import SingleDeviceStrategy, StrategyRegistry
@@ -83,7 +83,8 @@ class _Device:
 
     def get_device_stats(self, device: Any) -> dict[str, Any]:
         dev = torch.device(device)
-        return {"allocated_bytes": emulator.memory_allocated(dev), "max_allocated_bytes": emulator.max_memory_allocated(dev)}
+        return {"allocated_bytes": emulator.memory_allocated(dev),
+                "max_allocated_bytes": emulator.max_memory_allocated(dev)}
 
 
 class EmulatedAccelerator(_Device, Accelerator):
@@ -102,10 +103,11 @@ class FabricEmulatedAccelerator(_Device, FabricAccelerator):
         accelerator_registry.register(NAME, cls, description=cls.__name__)
 
 
-def _on_device(plugin: Any, mixed: type) -> Any:
+def _on_device(plugin: Any, mixed: Any) -> Any:
     # the connector's MixedPrecision(device="cuda"): the same precision with the device's autocast and GradScaler
     if isinstance(plugin, mixed) and plugin.device != NAME:
-        return mixed(plugin.precision, NAME, scaler=torch.amp.GradScaler(NAME) if plugin.precision == "16-mixed" else None)
+        scaler = torch.amp.GradScaler(NAME) if plugin.precision == "16-mixed" else None
+        return mixed(plugin.precision, NAME, scaler=scaler)
     return plugin
 
 
@@ -147,9 +149,9 @@ def register() -> None:
     for cls, registry in ((EmulatedAccelerator, AcceleratorRegistry), (FabricEmulatedAccelerator, FABRIC_ACCELERATORS)):
         if NAME not in registry:
             cls.register_accelerators(registry)
-    for strategy, registry in ((EmulatedStrategy, StrategyRegistry), (FabricEmulatedStrategy, FABRIC_STRATEGIES)):
-        if NAME not in registry:
-            strategy.register_strategies(registry)
+    for strategy, strategies in ((EmulatedStrategy, StrategyRegistry), (FabricEmulatedStrategy, FABRIC_STRATEGIES)):
+        if NAME not in strategies:
+            strategy.register_strategies(strategies)
 
 
 def trainer_kwargs(device: torch.device | str) -> dict[str, Any]:
