@@ -310,7 +310,7 @@ SIGNALS = {
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
     "jit_trace": r"\bjit\.trace\(|\bexport\.export\(|\btorch\.onnx\.export\(",
-    "meta": r"device\s*=\s*['\"]meta|init_empty_weights|\.to_empty\(",
+    "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
                r"|offload_(?:folder|state_dict|buffers)\s*=",

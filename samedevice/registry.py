@@ -40,6 +40,8 @@ def _catalog_root() -> Path:
 ROOT = _catalog_root()
 
 # symptom kind -> (exception type's name, regex its message must match); None: the broken code runs.
+# Most scenarios run on CPU ("none" or "silent" there); one whose broken code fails on CPU as well
+# records that error for cpu too.
 SYMPTOMS: dict[str, tuple[str, str] | None] = {
     # MPS words it its own way (pytorch/pytorch#130790: one of the tensors was allocated on CPU)
     # and convolution's composite checks the parameters' type against the input's (Convolution.cpp);
@@ -53,6 +55,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     "rng": ("TypeError", r"RNG state must be a torch\.ByteTensor"),
     # a device kernel's draw refuses a generator of another device (CUDAGeneratorImpl's check_generator)
     "generator": ("RuntimeError", r"Expected a '\w+' device type for generator but found '\w+'"),
+    # a meta tensor (no data) met a real one in an op's meta function (torch/_prims_common, check_same_device)
+    "meta": ("RuntimeError", r"Tensor on device meta is not on the expected device"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -265,6 +269,12 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "device=cpu among its constants",
                          question="was the model exported or traced (torch.export, torch.jit.trace) on another "
                          "device than the one it runs on?")),
+    Scenario("meta_param_not_materialized", "A model built on meta and loaded without assign=True: its weights "
+             "stay on meta (on CPU too)", "user reports", _accelerators("meta", cpu="meta"),
+             clues=Clues(kinds=("meta",), pairs=("accelerator_meta",), code=("meta", "optimizer_load"), prior=0.5,
+                         confirm="print({p.device for p in model.parameters()}): meta among them",
+                         question="was the model built on meta (torch.device('meta'), init_empty_weights, "
+                         "low_cpu_mem_usage) and loaded without assign=True?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
              clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),

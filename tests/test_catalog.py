@@ -52,8 +52,15 @@ def test_broken_raises(
 
 @SCENARIOS
 def test_broken_passes_on_cpu(scenario: registry.Scenario, tmp_path: Path) -> None:
-    """On CPU the broken module runs without error: a CPU-only CI hides the bug."""
+    """On CPU the broken module runs without error: a CPU-only CI hides the bug. Where the registry records
+    that it fails on CPU too (a meta tensor fails everywhere), it raises that error on CPU."""
     _skip_unavailable(scenario, torch.device("cpu"))
+    expected = scenario.expected_error("cpu")
+    if expected is not None:
+        error, pattern = expected
+        with pytest.raises(error, match=pattern):
+            scenario.case().run(torch.device("cpu"), tmp_path)
+        return
     result = scenario.case().run(torch.device("cpu"), tmp_path)
     (tmp_path / "ref").mkdir()
     if scenario.symptom("cpu") == "silent":  # no error, but the numbers are wrong

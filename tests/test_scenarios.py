@@ -904,3 +904,31 @@ def test_traced_device_constant_move_to_device_pass_moves_weights(accelerator: t
     moved = torch.export.passes.move_to_device_pass(exported, accelerator).module()
     assert {p.device for p in moved.parameters()} == {accelerator}
     assert_same_params({"out": moved(x.to(accelerator)).detach().cpu()}, {"out": module(x).detach()}, exact=False)
+
+
+# ---- meta_param_not_materialized -----------------------------------------------------------------
+
+
+def test_meta_param_not_materialized_to_empty_fix(device: torch.device, tmp_path: Path) -> None:
+    """The other fix: memory first (to_empty on the device), then an ordinary load, the optimizer after."""
+    scenario = registry.get("meta_param_not_materialized")
+    case = scenario.case()
+    path = harness.write_checkpoint(tmp_path, case.make_optimizer, device)
+    with torch.device("meta"):
+        model = harness.TinyNet()
+    model.to_empty(device=device)
+    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer = case.make_optimizer(model.parameters())
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    assert_same_params(harness.finish(model, optimizer, device), case.reference(), exact=device.type == "cpu")
+
+
+def test_meta_param_not_materialized_without_bias_is_silent(device: torch.device) -> None:
+    """Without a bias, a layer on meta weights raises nothing: its meta kernel makes the output from the input
+    (new_empty), an uninitialized tensor on the input's device, on CPU as on the accelerator."""
+    with torch.device("meta"):
+        layer = nn.Linear(4, 2, bias=False)
+    out = layer(torch.ones(3, 4, device=device))
+    assert out.device == device
+    assert out.shape == (3, 2)
