@@ -13,7 +13,9 @@ Installed with the package (entry point `pytest11`), so any project that install
   scenario `samedevice diagnose` finds likeliest, why, and the command that shows its lesson;
 - `lightning_kwargs`: the keyword arguments that put `L.Trainer` or `L.Fabric` on the test's `device`
   (`L.Trainer(**lightning_kwargs, max_epochs=1)`), so a Lightning test runs on every device unchanged;
-  Lightning is imported only by a test that asks for it, and one without it skips saying so.
+  Lightning is imported only by a test that asks for it, and one without it skips saying so;
+- `hf_device`: accelerate, and so a Hugging Face `Trainer`, runs on the test's device for that test
+  (give the Trainer `samedevice.integrations.hf.callbacks()` so a resume restores the device's RNG).
 
 The emulated backend is registered at configure time, before any test runs a backward pass (PyTorch
 sizes its autograd device queues at the first backward of a process), when "emulated" is among the
@@ -138,6 +140,18 @@ def lightning_kwargs(device: torch.device) -> dict[str, object]:
     from samedevice.integrations import lightning
 
     return lightning.trainer_kwargs(device)
+
+
+@pytest.fixture
+def hf_device(device: torch.device) -> Generator[torch.device, None, None]:
+    """accelerate's (and Trainer's) device is the test's device during the test, then forgotten."""
+    for stack in ("transformers", "accelerate"):
+        pytest.importorskip(stack, reason=f"{stack} is not installed (pip install 'same-device[stacks]')")
+    from samedevice.integrations import hf
+
+    hf.reset()
+    yield hf.use_device(device)
+    hf.reset()
 
 
 def record_error(request: pytest.FixtureRequest, slug: str, error: str) -> None:

@@ -1,6 +1,7 @@
 """The training stacks on the emulated device, one small module each, imported only when asked for:
 
     import samedevice.integrations.lightning      # Lightning and Fabric: accelerator and strategy "emulated"
+    from samedevice.integrations import hf        # Hugging Face Trainer and accelerate: device and RNG state
 
 `samedevice.integrations.load(name)` imports one by name. Each module checks the stack's version against the
 range tested here, and says in one line when it is outside.
@@ -19,7 +20,11 @@ from samedevice.errors import IntegrationError
 # stack -> (distribution, lowest tested version, first version not tested)
 TESTED = {
     "lightning": ("lightning", (2, 6), (2, 7)),
+    "transformers": ("transformers", (5, 0), (6, 0)),
+    "accelerate": ("accelerate", (1, 15), (1, 16)),
 }
+# the module that integrates each stack (Trainer's needs transformers and accelerate both)
+MODULES = {"lightning": "lightning", "transformers": "hf", "accelerate": "hf"}
 
 
 UNTESTED_ENV = "SAMEDEVICE_UNTESTED_STACKS"
@@ -47,8 +52,9 @@ def check_version(stack: str) -> None:
 
 
 def load(name: str) -> ModuleType:
-    """The integration module for a stack by name ("lightning"); an unknown name is one line naming the known."""
-    if name not in TESTED:
+    """The integration module for a stack by name ("lightning", "transformers", "accelerate"); an unknown name
+    is one line naming the known."""
+    if name not in MODULES:
         raise IntegrationError(f"unknown training stack {name!r}: samedevice.integrations knows "
-                               f"{', '.join(sorted(TESTED))}")
-    return importlib.import_module(f"samedevice.integrations.{name}")
+                               f"{', '.join(sorted(MODULES))}")
+    return importlib.import_module(f"samedevice.integrations.{MODULES[name]}")
