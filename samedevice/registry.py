@@ -57,6 +57,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     "generator": ("RuntimeError", r"Expected a '\w+' device type for generator but found '\w+'"),
     # a meta tensor (no data) met a real one in an op's meta function (torch/_prims_common, check_same_device)
     "meta": ("RuntimeError", r"Tensor on device meta is not on the expected device"),
+    # a process group with no backend for the tensor's device (ProcessGroup::getBackend; NCCL before 2.0)
+    "collective": ("RuntimeError", r"No backend type associated with device type \w+|Tensors must be CUDA and dense"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -275,6 +277,12 @@ SCENARIOS: tuple[Scenario, ...] = (
                          confirm="print({p.device for p in model.parameters()}): meta among them",
                          question="was the model built on meta (torch.device('meta'), init_empty_weights, "
                          "low_cpu_mem_usage) and loaded without assign=True?")),
+    Scenario("collective_on_cpu_tensor", "A CPU tensor given to a process group whose backend serves only the "
+             "accelerator (NCCL)", "user reports", _accelerators("collective", mps="none"),
+             clues=Clues(kinds=("collective",), pairs=(), frames=("collective",), code=("ranks",), prior=0.5,
+                         confirm="print(dist.get_backend(), tensor.device) before the collective",
+                         question="is the process group NCCL's (or another accelerator-only backend), given a "
+                         "CPU tensor?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
              clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),

@@ -356,3 +356,67 @@ def test_registering_after_a_backward_warns_in_one_line(first: str, warned: bool
     else:
         assert warnings == []
         assert "backward ran" in done.stdout
+
+
+# ---- collectives: "eccl" ---------------------------------------------------------------------------------
+TWO_RANKS = """
+import sys, torch, torch.distributed as dist
+from samedevice import emulator
+rank = int(sys.argv[1])
+device = emulator.device(rank)
+torch.emulated.set_device(rank)
+dist.init_process_group("eccl", init_method=sys.argv[2], rank=rank, world_size=2)
+t = torch.full((3,), float(rank + 1), device=device)
+dist.all_reduce(t)
+gathered = [torch.zeros(1, device=device) for _ in range(2)]
+dist.all_gather(gathered, torch.full((1,), float(rank), device=device))
+try:
+    dist.all_reduce(torch.ones(1))
+    refused = "no"
+except RuntimeError as e:
+    refused = str(e)
+dist.barrier()
+print(rank, t.device, t.tolist(), [g.item() for g in gathered], refused)
+dist.destroy_process_group()
+"""
+
+
+def test_eccl_collectives_across_two_ranks(tmp_path: Path) -> None:
+    """Two processes, each on its own emulated device, all-reduce and all-gather through "eccl" (results in
+    place, on the device), and each refuses a CPU tensor with c10d's message, as an NCCL group does."""
+    rendezvous = (tmp_path / "rendezvous").as_uri()
+    ranks = [subprocess.Popen([sys.executable, "-c", TWO_RANKS, str(rank), rendezvous], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=300) for rank in ranks]
+    for rank, (_, err) in zip(ranks, outputs, strict=True):
+        assert rank.returncode == 0, err[-2000:]
+    lines = sorted(out.strip().splitlines()[-1] for out, _ in outputs)
+    cpu_refused = "No backend type associated with device type cpu"
+    assert lines == [f"0 emulated:0 [3.0, 3.0, 3.0] [0.0, 1.0] {cpu_refused}",
+                     f"1 emulated:1 [3.0, 3.0, 3.0] [0.0, 1.0] {cpu_refused}"]
+
+
+def test_a_gloo_group_beside_eccl_takes_cpu_tensors(tmp_path: Path) -> None:
+    """A second group, dist.new_group(backend="gloo"), takes CPU tensors beside an "eccl" default group.
+    Departure: "cpu:gloo,eccl" in one group leaves CPU tensors refused (c10d lets a backend written in Python
+    replace the whole group, where "cpu:gloo,cuda:nccl" serves both)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("eccl", init_method=(tmp_path / "one").as_uri(), rank=0, world_size=1)
+    try:
+        side = dist.new_group(backend="gloo")
+        metric = torch.ones(2)
+        dist.all_reduce(metric, group=side)
+        assert metric.tolist() == [1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+    dist.init_process_group(f"cpu:gloo,{emulator.NAME}:eccl", init_method=(tmp_path / "two").as_uri(), rank=0,
+                            world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            dist.all_reduce(torch.ones(2))
+        on_device = torch.ones(2, device=_dev())
+        dist.all_reduce(on_device)
+        assert on_device.device == _dev()
+    finally:
+        dist.destroy_process_group()

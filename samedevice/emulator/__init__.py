@@ -23,7 +23,8 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
 6. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
 7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it;
 8. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
-   CUDA's autocast policy, registered for the device from ATen's own op lists.
+   CUDA's autocast policy, registered for the device from ATen's own op lists;
+9. collectives.py: "eccl", the device's process-group backend (as NCCL is CUDA's), gloo underneath.
 Numerics are CPU's: every op runs the CPU kernel on `elem`.
 
 Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, listed in the README):
@@ -62,6 +63,7 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, li
 from __future__ import annotations
 
 from samedevice.emulator import (  # noqa: F401 (rules)
+    collectives,
     cuda_only,
     cuda_paths,
     nested,
@@ -94,7 +96,7 @@ from samedevice.emulator.registration import (
 from samedevice.emulator.tensor import EmulatedTensor
 
 registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register,
-                                streams.register])
+                                streams.register, collectives.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

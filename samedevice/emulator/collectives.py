@@ -1,0 +1,71 @@
+"""9. Collectives: "eccl", the emulated device's process-group backend, as NCCL is CUDA's.
+
+    dist.init_process_group("eccl", ...)      # after samedevice.emulator.device()
+
+NCCL serves CUDA tensors only: a process group made with it has no backend for any other device, and c10d
+refuses a CPU tensor with "No backend type associated with device type cpu" (ProcessGroup::getBackend,
+torch/csrc/distributed/c10d/ProcessGroup.hpp). "eccl" does the same for emulated tensors. Its collectives
+run gloo's, on the CPU memory the emulated tensors live in, in place, so their results land on the device.
+c10d takes a backend written in Python only as a whole ProcessGroup (distributed_c10d.py: a creator that
+returns a ProcessGroup subclass replaces the group), so the per-device refusal is this group's own, with
+c10d's message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from samedevice.emulator.registration import NAME
+
+BACKEND = "eccl"
+
+
+def _host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The CPU tensors the emulated ones live in; any other device is refused as c10d refuses it."""
+    from samedevice.emulator.tensor import EmulatedTensor
+
+    hosts = []
+    for t in tensors:
+        if not isinstance(t, EmulatedTensor):
+            raise RuntimeError(f"No backend type associated with device type {t.device.type}")
+        hosts.append(t.elem)
+    return hosts
+
+
+class EmulatedProcessGroup(dist.ProcessGroup):
+    """A process group whose one backend serves the emulated device, as a NCCL group serves CUDA."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]
+        self._gloo: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    # c10d calls each with the options of the call (AllreduceOptions & co.), which gloo takes as they are
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo.allreduce(_host(tensors), opts)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo.broadcast(_host(tensors), opts)
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]],  # type: ignore[override]
+                  input_tensors: list[torch.Tensor], opts: Any) -> Any:
+        return self._gloo.allgather([_host(out) for out in output_tensors], _host(input_tensors), opts)
+
+    def barrier(self, opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo.barrier(opts)
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> EmulatedProcessGroup:
+    return EmulatedProcessGroup(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Make "eccl" a c10d backend for the emulated device (where torch.distributed and gloo are built)."""
+    if dist.is_available() and dist.is_gloo_available() and BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, devices=[NAME])
