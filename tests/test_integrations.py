@@ -172,7 +172,7 @@ def test_the_accelerator_alone_says_which_strategy_is_missing() -> None:
 
 @pytest.mark.parametrize("devices", [2, [0, 1], 3])
 def test_more_than_one_device_is_refused_in_one_line(devices: Any) -> None:
-    """Two devices need DDP, whose collectives the emulated device has no backend for: one line says so."""
+    """Two devices need Lightning's DDP strategy, which the integration does not set up yet: one line says so."""
     with pytest.raises(IntegrationError, match=re.escape(f"devices={devices!r} is not supported")):
         L.Trainer(accelerator="emulated", strategy="emulated", devices=devices, logger=False)
 

@@ -932,3 +932,29 @@ def test_meta_param_not_materialized_without_bias_is_silent(device: torch.device
     out = layer(torch.ones(3, 4, device=device))
     assert out.device == device
     assert out.shape == (3, 2)
+
+
+def test_model_not_moved_under_ddp(device: torch.device, tmp_path: Path) -> None:
+    """DistributedDataParallel(model, device_ids=[rank]) of a model left on CPU raises at the wrap, on every
+    device, CPU (gloo) included; moved first, the DDP model trains on the device (one rank, "eccl" standing in
+    for NCCL on the emulated device)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    backend = {"cpu": "gloo", "cuda": "nccl", "emulated": "eccl"}.get(device.type)
+    if backend is None:
+        pytest.skip(f"no process-group backend serves {device.type} tensors")
+    dist.init_process_group(backend, init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1)
+    try:
+        model = harness.new_model()
+        with pytest.raises(ValueError, match=r"device_ids and output_device arguments only work with "
+                                             r"single-device/multiple-device GPU modules or CPU modules, but got "
+                                             r"device_ids \[0\], output_device None, and module parameters "
+                                             r"\{device\(type='cpu'\)\}"):
+            DistributedDataParallel(model, device_ids=[0])
+        ddp = DistributedDataParallel(model.to(device), device_ids=[0] if device.type != "cpu" else None)
+        optimizer = harness.sgd(ddp.parameters())
+        harness.train(ddp, optimizer, harness.batches(), device)
+        assert_same_params(harness.cpu_state(model), harness.reference(harness.sgd), exact=device.type == "cpu")
+    finally:
+        dist.destroy_process_group()

@@ -11,7 +11,8 @@ in one line instead. The strategy also gives the mixed-precision plugin the devi
 builds `MixedPrecision(device="cuda")` for every accelerator but cpu and mps, whose autocast would never touch
 an emulated tensor.
 
-One device only: two need DDP, whose collectives the emulated device has no process-group backend for yet.
+One device only: two need Lightning's DDP strategy, which this module does not set up yet (it would launch a
+process per device with the emulated device's process-group backend, "eccl"; DDP by hand works with it).
 Lightning saves no RNG state in its checkpoints, for any device (a resumed fit with dropout differs from an
 uninterrupted one on CPU too).
 """
@@ -43,8 +44,9 @@ def _parse(devices: Any) -> list[int]:
     if count == 1 or devices == [0]:
         return [0]
     raise IntegrationError(f"Lightning on the emulated device: devices={devices!r} is not supported; use devices=1 "
-                           f"(emulated:0): {NAME}:0 and {NAME}:1 together need DDP, whose collectives the emulated "
-                           "device has no process-group backend for yet")
+                           f"(emulated:0): {NAME}:0 and {NAME}:1 together need Lightning's DDP strategy, which "
+                           "samedevice.integrations.lightning does not set up yet (DDP by hand works, with the "
+                           "backend 'eccl')")
 
 
 class _Device:
