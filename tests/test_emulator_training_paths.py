@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import emulator
 from samedevice.emulator.tensor import COMPILE_REFUSAL
-from tests.helpers import ROOT, dispatched_ops, run_python
+from tests.helpers import ROOT, dispatched_ops
 
 pytestmark = pytest.mark.skipif(emulator.unavailable_reason() is not None,
                                 reason=str(emulator.unavailable_reason()))
@@ -333,29 +332,28 @@ def test_compile_without_fullgraph_runs_eagerly_and_still_checks_devices() -> No
 
 # ---- registering late ------------------------------------------------------------------------------------
 
-@parametrize_cases(
-    Case("after_a_cpu_backward", first="a = torch.ones(2, requires_grad=True); (a * 2).sum().backward()\n",
-         warned=True),
-    Case("first", first="", warned=False),
-)
-def test_registering_after_a_backward_warns_in_one_line(first: str, warned: bool) -> None:
+LATE = ("import torch\n{first}from samedevice import emulator\ndev = emulator.device()\n"
+        "w = torch.ones(2, device=dev, requires_grad=True)\n"
+        "try:\n    (w * 2).sum().backward(); print('backward ran')\n"
+        "except RuntimeError as e:\n    print('backward failed:', str(e).splitlines()[0])\n")
+CPU_BACKWARD_FIRST = "a = torch.ones(2, requires_grad=True); (a * 2).sum().backward()\n"
+
+
+def test_registering_after_a_backward_warns_in_one_line() -> None:
     """Registered after the process's first backward, the emulator warns in one line naming the cause and the fix;
     the device's backward then fails as PyTorch makes it (an internal assert). Registered first, no warning."""
-    done = run_python("import torch\n" + first + "from samedevice import emulator\ndev = emulator.device()\n"
-                      "w = torch.ones(2, device=dev, requires_grad=True)\n"
-                      "try:\n    (w * 2).sum().backward(); print('backward ran')\n"
-                      "except RuntimeError as e:\n    print('backward failed:', str(e).splitlines()[0])\n")
-    assert done.returncode == 0, done.stderr[-2000:]
-    warnings = [line for line in done.stderr.splitlines() if "registered after this process's first backward" in line]
-    if warned:
-        assert len(warnings) == 1
-        assert "register it before any backward (samedevice.emulator.device(); in pytest the plugin does)" \
-            in warnings[0]
-        assert "backward failed:" in done.stdout
-        assert "device_ready_queues_" in done.stdout
-    else:
-        assert warnings == []
-        assert "backward ran" in done.stdout
+    runs = [subprocess.Popen([sys.executable, "-c", LATE.format(first=first)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for first in (CPU_BACKWARD_FIRST, "")]
+    (late_out, late_err), (first_out, first_err) = (run.communicate(timeout=300) for run in runs)
+    assert runs[0].returncode == 0, late_err[-2000:]
+    assert runs[1].returncode == 0, first_err[-2000:]
+    late = [line for line in late_err.splitlines() if "registered after this process's first backward" in line]
+    assert len(late) == 1
+    assert "register it before any backward (samedevice.emulator.device(); in pytest the plugin does)" in late[0]
+    assert "backward failed:" in late_out
+    assert "device_ready_queues_" in late_out
+    assert "first backward" not in first_err
+    assert "backward ran" in first_out
 
 
 # ---- collectives: "eccl" ---------------------------------------------------------------------------------
@@ -420,3 +418,34 @@ def test_a_gloo_group_beside_eccl_takes_cpu_tensors(tmp_path: Path) -> None:
         assert on_device.device == _dev()
     finally:
         dist.destroy_process_group()
+
+
+def test_dcp_resume_repeats_the_uninterrupted_run(device: torch.device, tmp_path: Path) -> None:
+    """Three steps, a DCP checkpoint of model and optimizer (get_state_dict), a fresh model and optimizer loaded
+    from it (set_state_dict), three more steps: the uninterrupted six steps' weights, on cpu and the device."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from samedevice import harness
+
+    def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        model = harness.new_model().to(device)
+        return model, torch.optim.Adam(model.parameters(), lr=harness.LR)
+
+    model, optimizer = make()
+    harness.train(model, optimizer, harness.batches()[:harness.STEPS_BEFORE], device)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    with pytest.warns(UserWarning, match="single process"):
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp_path)
+    resumed, resumed_optimizer = make()
+    resumed(torch.zeros(1, 8, device=device)).sum().backward()  # Adam's state exists before the load fills it
+    resumed_optimizer.step()
+    state = dict(zip(("model", "optim"), get_state_dict(resumed, resumed_optimizer), strict=True))
+    with pytest.warns(UserWarning, match="single process"):
+        dcp.load(state, checkpoint_id=tmp_path)
+    set_state_dict(resumed, resumed_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    harness.train(resumed, resumed_optimizer, harness.batches()[harness.STEPS_BEFORE:], device)
+    uninterrupted, uninterrupted_optimizer = make()
+    harness.train(uninterrupted, uninterrupted_optimizer, harness.batches(), device)
+    for name, value in uninterrupted.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name].cpu(), value.cpu()), name

@@ -130,3 +130,31 @@ def test_mixed_precision_is_refused_or_off_in_the_stacks() -> None:
             assert model(torch.ones(1, 2, device=accelerator.device)).dtype == torch.float32
     finally:
         hf.reset()
+
+
+class CPUShadowEMA(transformers.TrainerCallback):
+    """A broken callback: an EMA of the weights kept in a dict made on CPU (`.cpu()` to save device memory),
+    updated after each step from the weights on the device."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self.shadow = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        for name, value in model.state_dict().items():
+            self.shadow[name].mul_(0.9).add_(value.detach(), alpha=0.1)
+
+
+def test_a_device_bug_in_a_trainer_callback_raises_on_the_device(hf_device: torch.device, tmp_path: Path) -> None:
+    """The broken twin: a Trainer callback that keeps its EMA on CPU trains on cpu and raises on the emulated
+    device, where the audit names the shadow tensors left on CPU."""
+    from samedevice import audit
+
+    callback = CPUShadowEMA()
+    if hf_device.type == "cpu":
+        _train(hf_device, tmp_path, callbacks=[callback])
+        assert callback.shadow["transformer.wte.weight"].device.type == "cpu"
+        return
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        _train(hf_device, tmp_path, callbacks=[callback])
+    found = audit.misplaced(hf_device, ema=callback.shadow)
+    assert "ema['transformer.wte.weight']" in [item.path for item in found]
