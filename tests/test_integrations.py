@@ -170,11 +170,57 @@ def test_the_accelerator_alone_says_which_strategy_is_missing() -> None:
         _fit({"accelerator": "emulated", "devices": 1}, 1)
 
 
-@pytest.mark.parametrize("devices", [2, [0, 1], 3])
-def test_more_than_one_device_is_refused_in_one_line(devices: Any) -> None:
-    """Two devices need Lightning's DDP strategy, which the integration does not set up yet: one line says so."""
-    with pytest.raises(IntegrationError, match=re.escape(f"devices={devices!r} is not supported")):
-        L.Trainer(accelerator="emulated", strategy="emulated", devices=devices, logger=False)
+@pytest.mark.parametrize("devices", [2, [0, 1]])
+def test_two_devices_need_the_ddp_strategy(devices: Any) -> None:
+    """devices=2 with the single-device strategy is refused in one line naming strategy='emulated_ddp'."""
+    with pytest.raises(IntegrationError, match="devices=2 needs strategy='emulated_ddp'"):
+        _fit({"accelerator": "emulated", "strategy": "emulated", "devices": devices}, 1)
+
+
+@pytest.mark.parametrize("devices", [3, [0, 2], "two"])
+def test_devices_the_emulator_lacks_are_refused(devices: Any) -> None:
+    """A device count or index the emulator does not have: one line naming what it has."""
+    with pytest.raises(IntegrationError, match=re.escape(f"devices={devices!r} does not name devices the emulator")):
+        L.Trainer(accelerator="emulated", strategy="emulated_ddp", devices=devices, logger=False)
+
+
+def test_fabric_takes_one_device() -> None:
+    """Fabric's DDP over the emulated devices is not set up: devices=2 is one line saying so."""
+    with pytest.raises(IntegrationError, match=r"Fabric on the emulated device: devices=2 is not supported"):
+        L.Fabric(accelerator="emulated", strategy="emulated", devices=2)
+
+
+class DDPModule(TinyModule):
+    """TinyModule with plain SGD (importable, as DDP's spawned processes need)."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+@pytest.mark.slow
+def test_ddp_over_the_two_emulated_devices_matches_cpu_ddp() -> None:
+    """strategy="emulated_ddp", devices=2: two spawned processes, one per emulated device, with "eccl" as their
+    backend, train to the weights Lightning's DDP gives on CPU (ddp_spawn, gloo), bit for bit."""
+    from lightning.pytorch.strategies import DDPStrategy
+
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(24, 8, generator=g), torch.randn(24, 2, generator=g))
+    options = {"devices": 2, "max_epochs": 1, "logger": False, "enable_checkpointing": False,
+               "enable_progress_bar": False, "enable_model_summary": False}
+    results = {}
+    for accelerator, strategy in (("emulated", "emulated_ddp"), ("cpu", "ddp_spawn")):
+        torch.default_generator.manual_seed(0)
+        model = DDPModule()
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        trainer = L.Trainer(accelerator=accelerator, strategy=strategy, **options)
+        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+        assert isinstance(trainer.strategy, DDPStrategy)
+        if accelerator == "emulated":
+            assert trainer.strategy.parallel_devices == [emulator.device(0), emulator.device(1)]
+        results[accelerator] = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+        assert any(not torch.equal(initial[k], results[accelerator][k].to(initial[k].device)) for k in initial)
+    for name, value in results["cpu"].items():
+        assert torch.equal(results["emulated"][name], value), name
 
 
 def test_unknown_stack_and_untested_version(monkeypatch: pytest.MonkeyPatch) -> None:

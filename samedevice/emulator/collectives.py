@@ -42,6 +42,9 @@ class EmulatedProcessGroup(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
         self._gloo: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # what c10d (init_process_group(device_id=...)) and Lightning look up per device; the collectives
+        # themselves come to this group's methods below
+        self._register_backend(torch.device(NAME), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     def getBackendName(self) -> str:
         return BACKEND

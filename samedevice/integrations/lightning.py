@@ -1,6 +1,7 @@
 """Lightning (Trainer) and Fabric on the emulated device: `import samedevice.integrations.lightning`, then
 
     L.Trainer(accelerator="emulated", strategy="emulated", devices=1, precision="bf16-mixed")
+    L.Trainer(accelerator="emulated", strategy="emulated_ddp", devices=2)
     L.Fabric(accelerator="emulated", strategy="emulated")
 
 Importing this module registers, in Lightning's and Fabric's registries, an accelerator and a strategy both
@@ -11,8 +12,8 @@ in one line instead. The strategy also gives the mixed-precision plugin the devi
 builds `MixedPrecision(device="cuda")` for every accelerator but cpu and mps, whose autocast would never touch
 an emulated tensor.
 
-One device only: two need Lightning's DDP strategy, which this module does not set up yet (it would launch a
-process per device with the emulated device's process-group backend, "eccl"; DDP by hand works with it).
+Two devices: `strategy="emulated_ddp"` (Lightning's DDP, one spawned process per device, with the emulated
+device's process-group backend "eccl"). Fabric takes one device.
 Lightning saves no RNG state in its checkpoints, for any device (a resumed fit with dropout differs from an
 uninterrupted one on CPU too).
 """
@@ -29,7 +30,8 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
 from lightning.fabric.strategies.single_device import SingleDeviceStrategy as FabricSingleDevice
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
 from lightning.pytorch.plugins.precision.amp import MixedPrecision
-from lightning.pytorch.strategies import SingleDeviceStrategy, StrategyRegistry
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, StrategyRegistry
+from torch.nn.parallel import DistributedDataParallel
 
 from samedevice import emulator
 from samedevice.errors import IntegrationError
@@ -40,13 +42,17 @@ NAME = emulator.NAME
 
 
 def _parse(devices: Any) -> list[int]:
-    count = {1: 1, "1": 1, "auto": 1, -1: 1, "-1": 1}.get(devices) if not isinstance(devices, list) else None
-    if count == 1 or devices == [0]:
-        return [0]
-    raise IntegrationError(f"Lightning on the emulated device: devices={devices!r} is not supported; use devices=1 "
-                           f"(emulated:0): {NAME}:0 and {NAME}:1 together need Lightning's DDP strategy, which "
-                           "samedevice.integrations.lightning does not set up yet (DDP by hand works, with the "
-                           "backend 'eccl')")
+    if isinstance(devices, list):
+        if devices and all(isinstance(d, int) and 0 <= d < emulator.DEVICE_COUNT for d in devices):
+            return sorted(set(devices))
+    else:
+        count = {"auto": 1, -1: emulator.DEVICE_COUNT, "-1": emulator.DEVICE_COUNT}.get(devices, devices)
+        if isinstance(count, str) and count.isdigit():
+            count = int(count)
+        if isinstance(count, int) and 1 <= count <= emulator.DEVICE_COUNT:
+            return list(range(count))
+    raise IntegrationError(f"Lightning on the emulated device: devices={devices!r} does not name devices the "
+                           f"emulator has ({NAME}:0 and {NAME}:1: devices=1, 2, or a list of those indices)")
 
 
 class _Device:
@@ -92,13 +98,32 @@ class _Device:
 class EmulatedAccelerator(_Device, Accelerator):
     """Lightning's accelerator for the emulated device."""
 
+    def setup(self, trainer: Any) -> None:
+        count = len(trainer._accelerator_connector._parallel_devices)  # the devices asked for; the strategy's are 1
+        if count > 1 and not isinstance(trainer.strategy, DDPStrategy):
+            raise IntegrationError(f"Lightning on the emulated device: devices={count} needs "
+                                   f"strategy='{NAME}_ddp' (one process per device, the backend 'eccl'), not "
+                                   f"{type(trainer.strategy).__name__}")
+
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
         accelerator_registry.register(NAME, cls, description=cls.__name__)
 
 
 class FabricEmulatedAccelerator(_Device, FabricAccelerator):
-    """Fabric's accelerator for the emulated device."""
+    """Fabric's accelerator for the emulated device: one device (Fabric's DDP is not set up here)."""
+
+    @staticmethod
+    def parse_devices(devices: Any) -> list[int]:
+        parsed = _parse(devices)
+        if len(parsed) > 1:
+            raise IntegrationError(f"Fabric on the emulated device: devices={devices!r} is not supported; use "
+                                   "devices=1 (Fabric's DDP over the emulated devices is not set up yet)")
+        return parsed
+
+    @staticmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        return [emulator.device(i) for i in FabricEmulatedAccelerator.parse_devices(devices)]
 
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
@@ -130,8 +155,32 @@ class EmulatedStrategy(SingleDeviceStrategy):
         strategy_registry.register(NAME, cls, description=cls.__name__)
 
 
+class EmulatedDDPStrategy(DDPStrategy):
+    """Lightning's DDP over the emulated devices, one spawned process each, with the device's process-group
+    backend ("eccl", as NCCL for CUDA). Lightning's DDP wraps the model inside a CUDA stream whenever it has
+    device ids (strategies/ddp.py, _setup_model); this does it in the device's own stream, as that does for CUDA."""
+
+    strategy_name = f"{NAME}_ddp"
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("process_group_backend", "eccl")
+        kwargs.setdefault("start_method", "spawn")
+        super().__init__(**kwargs)
+
+    def _setup_model(self, model: Any) -> Any:
+        device_ids = self.determine_ddp_device_ids()
+        with torch.emulated.stream(torch.emulated.Stream()):  # type: ignore[attr-defined]
+            return DistributedDataParallel(module=model, device_ids=device_ids, **self._ddp_kwargs)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__)
+
+
 class FabricEmulatedStrategy(FabricSingleDevice):
     """Fabric's single-device strategy on emulated:0, with the device's autocast for mixed precision."""
+
+    strategy_name = NAME
 
     def __init__(self, device: Any = None, **kwargs: Any) -> None:
         super().__init__(device=emulator.device(0) if device is None else device, **kwargs)
@@ -151,8 +200,9 @@ def register() -> None:
     for cls, registry in ((EmulatedAccelerator, AcceleratorRegistry), (FabricEmulatedAccelerator, FABRIC_ACCELERATORS)):
         if NAME not in registry:
             cls.register_accelerators(registry)
-    for strategy, strategies in ((EmulatedStrategy, StrategyRegistry), (FabricEmulatedStrategy, FABRIC_STRATEGIES)):
-        if NAME not in strategies:
+    for strategy, strategies in ((EmulatedStrategy, StrategyRegistry), (EmulatedDDPStrategy, StrategyRegistry),
+                                 (FabricEmulatedStrategy, FABRIC_STRATEGIES)):
+        if strategy.strategy_name not in strategies:
             strategy.register_strategies(strategies)
 
 
