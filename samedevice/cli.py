@@ -113,7 +113,7 @@ def tour(device_name: str | None) -> int:
             continue
         record = report.observe(scenario, device)
         failures += (not record.reproduced) + (not record.fix_verified)
-        fix = "verified" if record.fix_verified else "FAILED"
+        fix = "n/a" if record.fix.startswith(report.NOT_RUN) else "verified" if record.fix_verified else "FAILED"
         print(f"{scenario.slug:{slug_width}}  {fix:{fix_width}}  {_keep_end(_broken_text(record), room)}", flush=True)
         if not record.fix_verified:
             print(" " * (slug_width + 2) + _keep_end(f"fix: {record.fix}", width - slug_width - 2), flush=True)

@@ -207,6 +207,14 @@ def host_without(device: torch.device) -> AbstractContextManager[None]:
     return emulator.absent() if device.type == emulator.NAME else nullcontext()
 
 
+def as_on_a_host_of(device: torch.device) -> AbstractContextManager[None]:
+    """Run as on a machine whose accelerators are `device`'s: for cpu, a host without any (the emulator plays
+    absent, as a CPU-only CI machine is, where library code that asks for "the available accelerator", such as
+    DataParallel, finds none); for an accelerator, the host as it is."""
+    registered = torch._C._get_privateuse1_backend_name() == emulator.NAME
+    return emulator.absent() if device.type == "cpu" and registered else nullcontext()
+
+
 # Device memory, for the scenarios about it: the emulator's accounting, or torch.cuda's.
 
 

@@ -59,6 +59,9 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     "meta": ("RuntimeError", r"Tensor on device meta is not on the expected device"),
     # a process group with no backend for the tensor's device (ProcessGroup::getBackend; NCCL before 2.0)
     "collective": ("RuntimeError", r"No backend type associated with device type \w+|Tensors must be CUDA and dense"),
+    # DataParallel's own check of the module against device_ids[0] (torch/nn/parallel/data_parallel.py)
+    "dataparallel": ("RuntimeError", r"module must have its parameters and buffers on device \S+ \(device_ids\[0\]\) "
+                                     r"but found one of them on device: \S+"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -140,6 +143,12 @@ class Scenario:
         define `unavailable_reason(device)`, e.g. when it needs two devices)."""
         check = getattr(self.case(), "unavailable_reason", None)
         return check(device) if check is not None else None
+
+    def fix_unavailable_reason(self, device: torch.device) -> str | None:
+        """None when the fixed module can run on `device` here, else why not: the scenario's own reason, or,
+        where the fix needs what the device lacks (a case may define `fix_unavailable_reason(device)`), that."""
+        check = getattr(self.case(), "fix_unavailable_reason", None)
+        return self.unavailable_reason(device) or (check(device) if check is not None else None)
 
     def lesson(self) -> str:
         """The broken module's docstring: Symptom, Cause, Fix (read from the file, not imported)."""
@@ -277,6 +286,11 @@ SCENARIOS: tuple[Scenario, ...] = (
                          confirm="print({p.device for p in model.parameters()}): meta among them",
                          question="was the model built on meta (torch.device('meta'), init_empty_weights, "
                          "low_cpu_mem_usage) and loaded without assign=True?")),
+    Scenario("dataparallel_device_ids", "nn.DataParallel of a module left on CPU (or on another device than "
+             "device_ids[0])", "user reports", _accelerators("dataparallel", mps="none", xpu="none"), min_devices=2,
+             clues=Clues(kinds=("dataparallel",), pairs=(), frames=("dataparallel",), code=("dataparallel",),
+                         prior=0.5, confirm="print({p.device for p in model.parameters()}, model.device_ids)",
+                         question="is the model wrapped in nn.DataParallel before it is moved to device_ids[0]?")),
     Scenario("collective_on_cpu_tensor", "A CPU tensor given to a process group whose backend serves only the "
              "accelerator (NCCL)", "user reports", _accelerators("collective", mps="none"),
              clues=Clues(kinds=("collective",), pairs=(), frames=("collective",), code=("ranks",), prior=0.5,

@@ -50,6 +50,9 @@ class Record:
         return self.reproduced and self.fix_verified
 
 
+NOT_RUN = "not run here"  # a fix the registry says this device cannot run
+
+
 def _first_line(e: BaseException) -> str:
     lines = str(e).splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}"
@@ -95,13 +98,17 @@ def observe(scenario: registry.Scenario, device: torch.device) -> Record:
                 reproduced = not _matches(result, reference(scenario, workdir / "reference"))
             else:
                 reproduced = expected is None
-        try:
-            fixed = scenario.fix().run(device, workdir / "fixed")
-        except Exception as e:  # recorded, not raised: the report covers every scenario
-            fix, fix_verified = _first_line(e), False
+        not_here = scenario.fix_unavailable_reason(device)
+        if not_here:  # the registry's own word: the fix needs what this device lacks
+            fix, fix_verified = f"{NOT_RUN}: {not_here}", True
         else:
-            fix_verified = _matches(fixed, reference(scenario, workdir / "reference"))
-            fix = "matches the CPU reference" if fix_verified else "differs from the CPU reference"
+            try:
+                fixed = scenario.fix().run(device, workdir / "fixed")
+            except Exception as e:  # recorded, not raised: the report covers every scenario
+                fix, fix_verified = _first_line(e), False
+            else:
+                fix_verified = _matches(fixed, reference(scenario, workdir / "reference"))
+                fix = "matches the CPU reference" if fix_verified else "differs from the CPU reference"
     return Record(scenario.slug, str(device), device.type, symptom, observed, reproduced, fix, fix_verified)
 
 

@@ -208,12 +208,12 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.76, 0.90), False: (0.68, 0.84)}[with_code]  # 52 covered reports (five new scenarios)
+    floor = {True: (0.76, 0.90), False: (0.68, 0.84)}[with_code]  # 53 covered reports (six new scenarios)
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest (reports the catalog does not teach) is 18 now: collective_on_cpu_tensor's report joined the
+    # the rest (reports the catalog does not teach) is 17 now: the collective and DataParallel reports joined the
     # covered ones, and a meta weight left by an offload now gets meta_param_not_materialized, the nearest lesson
-    assert result["rest_right"] >= 0.61
+    assert result["rest_right"] >= 0.58
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:

@@ -958,3 +958,18 @@ def test_model_not_moved_under_ddp(device: torch.device, tmp_path: Path) -> None
         assert_same_params(harness.cpu_state(model), harness.reference(harness.sgd), exact=device.type == "cpu")
     finally:
         dist.destroy_process_group()
+
+
+# ---- dataparallel_device_ids ---------------------------------------------------------------------
+
+
+def test_dataparallel_device_ids_on_the_wrong_device(accelerator: torch.device) -> None:
+    """A module on the second device is refused too, naming it; given one device id, DataParallel moves the
+    module there itself (why a one-GPU machine never sees the error)."""
+    second = _two_devices(accelerator)
+    with pytest.raises(RuntimeError, match=rf"on device {accelerator.type}:0 \(device_ids\[0\]\) but found one of "
+                                           rf"them on device: {second}"):
+        nn.DataParallel(nn.Linear(4, 2).to(second), device_ids=[0, 1])(torch.ones(2, 4, device=second))
+    model = nn.Linear(4, 2)
+    nn.DataParallel(model, device_ids=[0])
+    assert model.weight.device == torch.device(accelerator.type, 0)
