@@ -75,6 +75,19 @@ def test_autocast_output_dtype_is_cudas(op: str, low: torch.dtype) -> None:
     assert out.dtype == (low if expected == "low" else expected)
 
 
+def test_autocast_registers_the_ops_cuda_registers() -> None:
+    """Every op PyTorch registers an autocast kernel for on CUDA (AutocastCUDA, in this build too) has one on
+    the emulated device, and no other: CUDA's set less cudnn's two convolutions, which the device never reaches."""
+    cuda, emulated = set(), set()
+    for name in torch._C._dispatch_get_all_op_names():
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA"):
+            cuda.add(name)
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastPrivateUse1"):
+            emulated.add(name)
+    assert len(cuda) > 100
+    assert emulated == cuda - {"aten::cudnn_convolution", "aten::cudnn_convolution_transpose"}
+
+
 @pytest.mark.parametrize("low", LOW, ids=["float16", "bfloat16"])
 def test_binary_cross_entropy_is_refused_under_autocast_as_on_cuda(low: torch.dtype) -> None:
     """binary_cross_entropy under autocast raises CUDA's message (it is unsafe in low precision)."""
