@@ -104,7 +104,7 @@ def tour(device_name: str | None) -> int:
     room = max(20, width - slug_width - fix_width - 4)
     print(textwrap.fill(f"Each broken module and its fix, on {device}, {devices.describe(name)}:", width) + "\n")
     print(f"{'scenario':{slug_width}}  {'fix':{fix_width}}  broken code", flush=True)
-    failures = skipped = 0
+    failures = skipped = fixes_not_run = 0
     for scenario in registry.SCENARIOS:
         reason = scenario.unavailable_reason(device)
         if reason:  # e.g. two devices needed, one present: not run, and said so
@@ -113,12 +113,16 @@ def tour(device_name: str | None) -> int:
             continue
         record = report.observe(scenario, device)
         failures += (not record.reproduced) + (not record.fix_verified)
-        fix = "n/a" if record.fix.startswith(report.NOT_RUN) else "verified" if record.fix_verified else "FAILED"
+        not_run = record.fix.startswith(report.NOT_RUN)
+        fixes_not_run += not_run
+        fix = "n/a" if not_run else "verified" if record.fix_verified else "FAILED"
         print(f"{scenario.slug:{slug_width}}  {fix:{fix_width}}  {_keep_end(_broken_text(record), room)}", flush=True)
         if not record.fix_verified:
             print(" " * (slug_width + 2) + _keep_end(f"fix: {record.fix}", width - slug_width - 2), flush=True)
-    print(f"\n{len(registry.SCENARIOS)} scenarios on {device}: "
-          + ("every symptom reproduced and every fix verified" if not failures else f"{failures} check(s) failed")
+    verdict = "every symptom reproduced and every fix verified" if not failures else f"{failures} check(s) failed"
+    if fixes_not_run and not failures:
+        verdict = f"every symptom reproduced and every fix verified but {fixes_not_run} this device cannot run (n/a)"
+    print(f"\n{len(registry.SCENARIOS)} scenarios on {device}: {verdict}"
           + (f"; {skipped} skipped (see above)." if skipped else "."))
     return 1 if failures else 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import torch
 
 from samedevice import registry
 
@@ -88,7 +90,12 @@ def test_catalog_commands_work_from_any_folder(venv: Path, elsewhere: Path) -> N
     assert f"wrote {elsewhere / 'checkpoint.py'}" in out
     assert (elsewhere / "checkpoint.py").is_file()
     tour = _run(venv / "samedevice", "tour", "--device", "emulated", cwd=elsewhere).stdout
-    assert f"{len(registry.slugs())} scenarios on emulated:0: every symptom reproduced and every fix verified." in tour
+    not_run = sum(registry.get(slug).fix_unavailable_reason(torch.device("emulated", 0)) is not None
+                  for slug in registry.slugs())
+    assert not_run == 1  # dataparallel_device_ids: DataParallel's scatter is CUDA's own C++
+    assert (f"{len(registry.slugs())} scenarios on emulated:0: every symptom reproduced and every fix verified but "
+            f"{not_run} this device cannot run (n/a).") in tour
+    assert re.search(r"\ndataparallel_device_ids +n/a +RuntimeError", tour)
 
 
 def test_report_runs_installed(venv: Path, elsewhere: Path) -> None:
