@@ -2,7 +2,8 @@
 
 **Symptom** (where the model's output meets a tensor made on "the model's device", on any accelerator):
 `RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!`
-(`... cuda:0 and meta!` where the offload keeps its weights on meta, as accelerate's `cpu_offload` does).
+(`Tensor on device meta is not on the expected device cuda:0!` where the offload keeps its weights on meta,
+as accelerate's `cpu_offload` does).
 
 **Cause**: with CPU offload (diffusers' `enable_model_cpu_offload`, accelerate's `cpu_offload`, a
 hook of your own) the weights live on CPU between calls; a hook brings them, and the call's inputs,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -206,7 +207,8 @@ def test_streams_as_torch_cuda_has_them() -> None:
 
 def test_events_record_time_on_the_host() -> None:
     """Events: recorded, queried and waited on at once (every op has finished when it returns); elapsed_time
-    is the host time between two timed records, and is refused as CUDA refuses it."""
+    is the host time between two timed records, and is refused as torch.cuda.Event refuses it (ValueError,
+    the timing checked before the recording: c10/cuda/CUDAEvent.h), for torch.Event too."""
     mod = torch.emulated  # type: ignore[attr-defined]
     start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
     start.record()
@@ -217,12 +219,20 @@ def test_events_record_time_on_the_host() -> None:
     assert end.query()
     assert 0 <= start.elapsed_time(end) < 10_000
     mod.current_stream().wait_event(end)
-    with pytest.raises(RuntimeError, match="Both events must be recorded"):
+    with pytest.raises(ValueError, match="Both events must be recorded"):
         mod.Event(enable_timing=True).elapsed_time(start)
+    with pytest.raises(ValueError, match="Both events must be created with argument 'enable_timing=True'"):
+        mod.Event().elapsed_time(start)  # neither recorded nor timed: the timing is checked first
     untimed = mod.Event()
     untimed.record()
-    with pytest.raises(RuntimeError, match="enable_timing=True"):
+    with pytest.raises(ValueError, match="enable_timing=True"):
         untimed.elapsed_time(start)
+    plain_start, plain_end = (torch.Event(_dev(), enable_timing=True) for _ in range(2))
+    plain_start.record()
+    plain_end.record()
+    assert plain_start.elapsed_time(plain_end) >= 0
+    assert start.elapsed_time(plain_end) >= 0  # a torch.emulated.Event and a torch.Event mix
+    assert torch.Stream(device=emulator.NAME).device == _dev()  # index-less: the current device, as CUDA's
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["cpu_state", "emulated_state"])
@@ -381,6 +391,12 @@ t = torch.full((3,), float(rank + 1), device=device)
 dist.all_reduce(t)
 gathered = [torch.zeros(1, device=device) for _ in range(2)]
 dist.all_gather(gathered, torch.full((1,), float(rank), device=device))
+flat = torch.zeros(2, device=device)
+dist.all_gather_single(flat, torch.full((1,), float(rank), device=device))
+assert flat.tolist() == [0.0, 1.0], flat
+mine = torch.zeros(1, device=device)
+dist.reduce_scatter_single(mine, torch.tensor([1.0, 2.0], device=device))
+assert mine.tolist() == [2.0 * (rank + 1)], mine
 try:
     dist.all_reduce(torch.ones(1))
     refused = "no"
@@ -405,6 +421,56 @@ def test_eccl_collectives_across_two_ranks(tmp_path: Path) -> None:
     cpu_refused = "No backend type associated with device type cpu"
     assert lines == [f"0 emulated:0 [3.0, 3.0, 3.0] [0.0, 1.0] {cpu_refused}",
                      f"1 emulated:1 [3.0, 3.0, 3.0] [0.0, 1.0] {cpu_refused}"]
+
+
+@pytest.mark.filterwarnings("ignore:.*all_reduce_coalesced.* will be deprecated:FutureWarning")
+def test_eccl_runs_the_collectives_nccl_runs(tmp_path: Path) -> None:
+    """Every collective of torch.distributed runs on emulated tensors through "eccl" (as NCCL runs them on CUDA
+    tensors), its result on the device; a non-contiguous tensor is refused as NCCL refuses it."""
+    import torch.distributed as dist
+
+    dev = _dev()
+
+    def ones() -> torch.Tensor:
+        return torch.ones(4, device=dev)
+
+    dist.init_process_group("eccl", init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1)
+    try:
+        def into(collective: Any) -> torch.Tensor:
+            out = torch.zeros(4, device=dev)
+            collective(out)
+            return out
+
+        def in_place(collective: Any) -> torch.Tensor:
+            tensor = ones()
+            collective(tensor)
+            return tensor
+
+        results = {
+            "all_reduce": in_place(dist.all_reduce), "reduce": in_place(lambda t: dist.reduce(t, 0)),
+            "broadcast": in_place(lambda t: dist.broadcast(t, 0)),
+            "all_gather": into(lambda o: dist.all_gather([o], ones())),
+            "all_gather_single": into(lambda o: dist.all_gather_single(o, ones())),
+            "reduce_scatter": into(lambda o: dist.reduce_scatter(o, [ones()])),
+            "reduce_scatter_single": into(lambda o: dist.reduce_scatter_single(o, ones())),
+            "all_to_all_single": into(lambda o: dist.all_to_all_single(o, ones())),
+            "all_to_all": into(lambda o: dist.all_to_all([o], [ones()])),
+            "gather": into(lambda o: dist.gather(ones(), [o], dst=0)),
+            "scatter": into(lambda o: dist.scatter(o, [ones()], src=0)),
+        }
+        for name, result in results.items():
+            assert result.device == dev, name
+            assert result.tolist() == [1.0] * 4, name
+        objects: list[Any] = [None]
+        dist.all_gather_object(objects, {"step": 1})
+        assert objects == [{"step": 1}]
+        pair = [ones(), ones()]
+        dist.all_reduce_coalesced(pair)  # deprecated, still NCCL's
+        assert pair[1].device == dev
+        with pytest.raises(ValueError, match="Tensors must be contiguous"):
+            dist.all_reduce(torch.ones(4, 4, device=dev).t()[0])
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_gloo_group_beside_eccl_takes_cpu_tensors(tmp_path: Path) -> None:

@@ -28,10 +28,8 @@ Tensor binary_cross_entropy_banned(const Tensor&, const Tensor&, const std::opti
 }
 
 std::unique_ptr<torch::Library> fallthrough_lib, kernels_lib;  // kept: a registration lives as long as its Library
-}  // namespace
 
-// Registers the policy (once); called from Python after the device guard, so that it follows the guard's fate.
-extern "C" int samedevice_register_autocast() {
+int register_autocast() {
   if (kernels_lib) return 1;
   fallthrough_lib = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __FILE__, __LINE__);
@@ -52,4 +50,16 @@ extern "C" int samedevice_register_autocast() {
   AT_FORALL_PROMOTE(_KERNEL_EMULATED_PROMOTE)
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(binary_cross_entropy_banned));
   return 1;
+}
+}  // namespace
+
+// Registers the policy (once); called from Python after the device guard, so that it follows the guard's fate.
+// 1: registered; 0: PyTorch refused (another autocast fallback or kernel for the key): no exception crosses
+// into ctypes, which would end the process.
+extern "C" int samedevice_register_autocast() {
+  try {
+    return register_autocast();
+  } catch (const c10::Error&) {
+    return 0;
+  }
 }

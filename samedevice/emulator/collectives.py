@@ -25,15 +25,23 @@ BACKEND = "eccl"
 
 
 def _host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The CPU tensors the emulated ones live in; any other device is refused as c10d refuses it."""
+    """The CPU tensors the emulated ones live in; any other device is refused as c10d refuses it, and a
+    non-contiguous tensor as NCCL refuses it (ProcessGroupNCCL.cpp, check_gpu_single_tensor)."""
     from samedevice.emulator.tensor import EmulatedTensor
 
     hosts = []
     for t in tensors:
         if not isinstance(t, EmulatedTensor):
             raise RuntimeError(f"No backend type associated with device type {t.device.type}")
+        if not any(t.is_contiguous(memory_format=f) for f in (torch.contiguous_format, torch.channels_last,
+                                                               torch.channels_last_3d)):
+            raise ValueError("Tensors must be contiguous")
         hosts.append(t.elem)
     return hosts
+
+
+def _nested(lists: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    return [_host(inner) for inner in lists]
 
 
 class EmulatedProcessGroup(dist.ProcessGroup):
@@ -49,16 +57,66 @@ class EmulatedProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
-    # c10d calls each with the options of the call (AllreduceOptions & co.), which gloo takes as they are
+    # c10d calls each with the options of the call (AllreduceOptions & co.), which gloo takes as they are. A
+    # collective gloo lacks fails with gloo's own message.
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
         return self._gloo.allreduce(_host(tensors), opts)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo.allreduce_coalesced(_host(tensors), opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
         return self._gloo.broadcast(_host(tensors), opts)
 
-    def allgather(self, output_tensors: list[list[torch.Tensor]],  # type: ignore[override]
-                  input_tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._gloo.allgather([_host(out) for out in output_tensors], _host(input_tensors), opts)
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo.reduce(_host(tensors), opts)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
+                  opts: Any) -> Any:
+        return self._gloo.allgather(_nested(outputs), _host(inputs), opts)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo._allgather_base(*_host([output, input]), opts)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # type: ignore[override]
+        return self._gloo._allgather_base(*_host([output, input]), opts)  # all_gather_into_tensor
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
+        return self._gloo._reduce_scatter_base(*_host([output, input]), opts)  # reduce_scatter_tensor
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]],  # type: ignore[override]
+                            inputs: list[torch.Tensor], opts: Any) -> Any:
+        return self._gloo.allgather_coalesced(_nested(outputs), _host(inputs), opts)
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
+               opts: Any) -> Any:
+        return self._gloo.gather(_nested(outputs), _host(inputs), opts)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
+                opts: Any) -> Any:
+        return self._gloo.scatter(_host(outputs), _nested(inputs), opts)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
+                       opts: Any) -> Any:
+        return self._gloo.reduce_scatter(_host(outputs), _nested(inputs), opts)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
+        return self._gloo._reduce_scatter_base(*_host([output, input]), opts)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
+                      output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any) -> Any:
+        return self._gloo.alltoall_base(*_host([output, input]), output_split_sizes, input_split_sizes, opts)
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],  # type: ignore[override]
+                 opts: Any) -> Any:
+        return self._gloo.alltoall(_host(outputs), _host(inputs), opts)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Any:
+        return self._gloo.send(_host(tensors), dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
+        return self._gloo.recv(_host(tensors), src, tag)
 
     def barrier(self, opts: Any) -> Any:  # type: ignore[override]
         return self._gloo.barrier(opts)

@@ -49,12 +49,13 @@ struct EmulatedEvent {
 };
 std::atomic<bool> absent{false};  // the process plays a host without the accelerator (registration.py)
 
+// The checks and messages of c10/cuda/CUDAEvent.h (elapsed_time) and c10/core/impl/InlineEvent.h, in their order:
+// timing first, then recorded; both ValueErrors in Python.
 double elapsed_ms(void* start, void* end) {
-  TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");  // CUDA's message
   auto a = static_cast<EmulatedEvent*>(start), b = static_cast<EmulatedEvent*>(end);
-  // cudaEventElapsedTime refuses an event made without timing (cudaErrorInvalidResourceHandle)
-  TORCH_CHECK(a->timing && b->timing, "emulated accelerator: elapsed_time needs both events made with "
-              "enable_timing=True (CUDA fails here too, with 'invalid resource handle')");
+  TORCH_CHECK_VALUE(!(a && !a->timing) && !(b && !b->timing),
+                    "Both events must be created with argument 'enable_timing=True'.");
+  TORCH_CHECK_VALUE(a && b, "Both events must be recorded before calculating elapsed time.");
   return std::chrono::duration<double, std::milli>(b->recorded - a->recorded).count();
 }
 
@@ -76,11 +77,11 @@ struct EmulatedGuard final : public impl::DeviceGuardImplInterface {
     if (d.index() >= 0 && d.index() < kDeviceCount) current_index = d.index();
   }
   Stream getStream(Device d) const override {
-    return Stream(Stream::UNSAFE, d, current_stream.at(checked(d)));
+    return Stream(Stream::UNSAFE, resolved(d), current_stream.at(checked(d)));
   }
-  Stream getDefaultStream(Device d) const override { checked(d); return Stream(Stream::DEFAULT, d); }
+  Stream getDefaultStream(Device d) const override { return Stream(Stream::DEFAULT, resolved(d)); }
   Stream getNewStream(Device d, int /*priority*/) const override {
-    return Stream(Stream::UNSAFE, d, 1 + next_pool_stream[checked(d)]++ % kStreamsPerPool);
+    return Stream(Stream::UNSAFE, resolved(d), 1 + next_pool_stream[checked(d)]++ % kStreamsPerPool);
   }
   Stream getStreamFromGlobalPool(Device d, bool /*high_priority*/) const override { return getNewStream(d, 0); }
   Stream exchangeStream(Stream s) const override {
@@ -106,7 +107,9 @@ struct EmulatedGuard final : public impl::DeviceGuardImplInterface {
   double elapsedTime(void* start, void* end, const DeviceIndex) const override { return elapsed_ms(start, end); }
 
  private:
+  static Device resolved(Device d) { return Device(DeviceType::PrivateUse1, static_cast<DeviceIndex>(checked(d))); }
   static size_t checked(Device d) {
+    if (d.index() == -1) return static_cast<size_t>(current_index);  // index-less: the current device, as CUDA's
     TORCH_CHECK(d.index() >= 0 && d.index() < kDeviceCount, "emulated device index ", int(d.index()),
                 " is out of range: the emulator has ", int(kDeviceCount), " devices, indices 0 to ",
                 int(kDeviceCount) - 1);
@@ -218,14 +221,18 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
 extern "C" void samedevice_set_absent(int value) { absent = value != 0; }
 
 // torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the
-// subclass asks here, by the events' handles (event_id). 0 and the time in *out, or 1 and the message in *out_error.
+// subclass asks here, by the events' handles (event_id). 0 and the time in *out, or the error in *out_error and
+// 1 for a ValueError, 2 for another error.
 extern "C" int samedevice_elapsed_time(void* start, void* end, double* out, char* out_error, size_t error_size) {
   try {
     *out = elapsed_ms(start, end);
     return 0;
-  } catch (const c10::Error& e) {
+  } catch (const c10::ValueError& e) {
     std::snprintf(out_error, error_size, "%s", e.what_without_backtrace());
     return 1;
+  } catch (const c10::Error& e) {
+    std::snprintf(out_error, error_size, "%s", e.what_without_backtrace());
+    return 2;
   }
 }
 

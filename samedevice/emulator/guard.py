@@ -83,7 +83,7 @@ def elapsed_time(start_event_id: int, end_event_id: int) -> float:
     failed = _loaded[0].samedevice_elapsed_time(ctypes.c_void_p(start_event_id), ctypes.c_void_p(end_event_id),
                                                 ctypes.byref(out), error, ctypes.c_size_t(len(error)))
     if failed:
-        raise RuntimeError(error.value.decode())
+        raise (ValueError if failed == 1 else RuntimeError)(error.value.decode())
     return out.value
 
 
@@ -106,6 +106,7 @@ def install() -> str | None:
         return str(e).splitlines()[0] if str(e) else type(e).__name__
     if not lib.samedevice_register_guard():
         return "another device guard was registered for PrivateUse1 first"
-    lib.samedevice_register_autocast()
     _loaded.append(lib)
+    if not lib.samedevice_register_autocast():
+        return "CUDA's autocast policy could not be registered for the emulated device (another one is there)"
     return None

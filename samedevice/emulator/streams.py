@@ -37,14 +37,24 @@ class Event(torch.Event):
     """torch.cuda.Event's interface: `Event(enable_timing=False, blocking=False, interprocess=False)`; like a
     CUDA event it takes its device from the stream it is first recorded on."""
 
+    timing: bool
+
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> Event:
-        return super().__new__(cls, torch.device(NAME), enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+        event = super().__new__(cls, torch.device(NAME), enable_timing=enable_timing, blocking=blocking,
+                                interprocess=interprocess)
+        event.timing = enable_timing
+        return event
 
     def elapsed_time(self, end_event: torch.Event) -> float:
-        # PyTorch's binding takes only an exact torch.Event as `end_event`; the guard answers by handle instead
-        if not registration._native_guard:
+        # PyTorch's binding takes only an exact torch.Event as `end_event`: for another torch.emulated.Event the
+        # guard answers by handle, with InlineEvent's checks (the device type here; timing and recording there)
+        if type(end_event) is torch.Event or not registration._native_guard:
             return super().elapsed_time(end_event)
+        if end_event.device.type != self.device.type:
+            raise RuntimeError(f"Event device type {self.device.type.upper()} does not match other's device type "
+                               f"{end_event.device.type.upper()}.")
+        if not (self.timing and getattr(end_event, "timing", True)):  # checked first, as InlineEvent does
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
         from samedevice.emulator import guard
 
         return guard.elapsed_time(self.event_id, end_event.event_id)
