@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch._utils import _get_available_device_type
 
-from samedevice import harness
+from samedevice import devices, harness
 
 
 def unavailable_reason(device: torch.device) -> str | None:
@@ -25,6 +25,8 @@ def unavailable_reason(device: torch.device) -> str | None:
         found = _get_available_device_type()  # what DataParallel asks for its devices
     if device.type == "cpu" and found is not None:
         return f"this host has {found}, which DataParallel takes for a CPU run too: not a CPU-only host"
+    if device.type != "cpu" and devices.count(device.type) < 2:
+        return f"device_ids=[0, 1] needs two {device.type} devices; this host has {devices.count(device.type)}"
     return None
 
 

@@ -112,12 +112,11 @@ def tour(device_name: str | None) -> int:
             skipped += 1
             continue
         record = report.observe(scenario, device)
-        failures += (not record.reproduced) + (not record.fix_verified)
-        not_run = record.fix.startswith(report.NOT_RUN)
-        fixes_not_run += not_run
-        fix = "n/a" if not_run else "verified" if record.fix_verified else "FAILED"
+        failures += (not record.reproduced) + (record.fix_verified is False)
+        fixes_not_run += record.fix_verified is None
+        fix = "n/a" if record.fix_verified is None else "verified" if record.fix_verified else "FAILED"
         print(f"{scenario.slug:{slug_width}}  {fix:{fix_width}}  {_keep_end(_broken_text(record), room)}", flush=True)
-        if not record.fix_verified:
+        if record.fix_verified is False:
             print(" " * (slug_width + 2) + _keep_end(f"fix: {record.fix}", width - slug_width - 2), flush=True)
     verdict = "every symptom reproduced and every fix verified" if not failures else f"{failures} check(s) failed"
     if fixes_not_run and not failures:

@@ -287,7 +287,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                          question="was the model built on meta (torch.device('meta'), init_empty_weights, "
                          "low_cpu_mem_usage) and loaded without assign=True?")),
     Scenario("dataparallel_device_ids", "nn.DataParallel of a module left on CPU (or on another device than "
-             "device_ids[0])", "user reports", _accelerators("dataparallel", mps="none", xpu="none"), min_devices=2,
+             "device_ids[0])", "user reports", _accelerators("dataparallel"), min_devices=2,
              clues=Clues(kinds=("dataparallel",), pairs=(), frames=("dataparallel",), code=("dataparallel",),
                          prior=0.5, confirm="print({p.device for p in model.parameters()}, model.device_ids)",
                          question="is the model wrapped in nn.DataParallel before it is moved to device_ids[0]?")),

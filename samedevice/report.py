@@ -42,12 +42,12 @@ class Record:
     observed: str  # "RuntimeError: <the whole first line>", or "ran"
     reproduced: bool  # the observation is the expected symptom
     fix: str  # "matches the CPU reference", "differs from the CPU reference", or the fix's error
-    fix_verified: bool
+    fix_verified: bool | None  # None: the registry says this device cannot run the fix (never "verified")
 
     @property
     def agrees(self) -> bool:
         """The registry's expectations hold: the symptom reproduced and the fix verified."""
-        return self.reproduced and self.fix_verified
+        return self.reproduced and self.fix_verified is not False
 
 
 NOT_RUN = "not run here"  # a fix the registry says this device cannot run
@@ -100,7 +100,7 @@ def observe(scenario: registry.Scenario, device: torch.device) -> Record:
                 reproduced = expected is None
         not_here = scenario.fix_unavailable_reason(device)
         if not_here:  # the registry's own word: the fix needs what this device lacks
-            fix, fix_verified = f"{NOT_RUN}: {not_here}", True
+            fix, fix_verified = f"{NOT_RUN}: {not_here}", None
         else:
             try:
                 fixed = scenario.fix().run(device, workdir / "fixed")
@@ -163,7 +163,8 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in report["records"]:
-        fix = "yes" if r["fix_verified"] else f"**no**: {_cell(r['fix'])}"
+        fix = ("yes" if r["fix_verified"] else f"n/a: {_cell(r['fix'])}" if r["fix_verified"] is None
+               else f"**no**: {_cell(r['fix'])}")
         lines.append(f"| {r['scenario']} | {r['device']} | {r['expected']} | {_cell(r['observed'])} | "
                      f"{'yes' if r['reproduced'] else '**no**'} | {fix} |")
     n = report["divergences"]

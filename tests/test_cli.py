@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from pytest_parametrize_cases import Case, parametrize_cases
 
-from samedevice import cli, registry, report
+from samedevice import cli, emulator, registry, report
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -408,3 +409,18 @@ def test_commands_that_run_no_code_do_not_import_torch() -> None:
     run = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout == "ok\n"
+
+
+@pytest.mark.emulator
+def test_a_fix_the_device_cannot_run_is_not_called_verified() -> None:
+    """Where the registry says the device cannot run a fix (DataParallel's scatter is CUDA's), the report records
+    fix_verified as null with the reason, the markdown says n/a, and the record still agrees with the registry."""
+    from samedevice import report
+
+    record = report.observe(registry.get("dataparallel_device_ids"), emulator.device())
+    assert record.reproduced
+    assert record.fix_verified is None
+    assert record.fix.startswith(f"{report.NOT_RUN}: DataParallel's scatter and gather are CUDA's own C++")
+    assert record.agrees
+    data = {"records": [{**dataclasses.asdict(record), "agrees": record.agrees}]}
+    assert "| n/a: not run here: DataParallel" in report.markdown({**report.run([]), **data})

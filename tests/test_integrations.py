@@ -184,10 +184,21 @@ def test_devices_the_emulator_lacks_are_refused(devices: Any) -> None:
         L.Trainer(accelerator="emulated", strategy="emulated_ddp", devices=devices, logger=False)
 
 
+def test_the_device_index_is_kept_or_refused() -> None:
+    """devices=[1] with the "emulated" strategy (which runs on emulated:0) is refused in one line naming the way
+    to emulated:1; trainer_kwargs("emulated:1") trains there."""
+    with pytest.raises(IntegrationError, match=r"devices asks for emulated:1, the strategy runs on emulated:0"):
+        _fit({"accelerator": "emulated", "strategy": "emulated", "devices": [1]}, 1)
+    model = _fit(sl.trainer_kwargs(emulator.device(1)), 1)
+    assert model.trainer.strategy.root_device == emulator.device(1)
+
+
 def test_fabric_takes_one_device() -> None:
     """Fabric's DDP over the emulated devices is not set up: devices=2 is one line saying so."""
-    with pytest.raises(IntegrationError, match=r"Fabric on the emulated device: devices=2 is not supported"):
-        L.Fabric(accelerator="emulated", strategy="emulated", devices=2)
+    for devices in (2, [1]):
+        refusal = re.escape(f"Fabric on the emulated device: devices={devices!r} is not")
+        with pytest.raises(IntegrationError, match=refusal):
+            L.Fabric(accelerator="emulated", strategy="emulated", devices=devices)
 
 
 class DDPModule(TinyModule):

@@ -99,11 +99,15 @@ class EmulatedAccelerator(_Device, Accelerator):
     """Lightning's accelerator for the emulated device."""
 
     def setup(self, trainer: Any) -> None:
-        count = len(trainer._accelerator_connector._parallel_devices)  # the devices asked for; the strategy's are 1
-        if count > 1 and not isinstance(trainer.strategy, DDPStrategy):
-            raise IntegrationError(f"Lightning on the emulated device: devices={count} needs "
+        asked = trainer._accelerator_connector._parallel_devices  # the devices asked for; a single strategy has 1
+        if len(asked) > 1 and not isinstance(trainer.strategy, DDPStrategy):
+            raise IntegrationError(f"Lightning on the emulated device: devices={len(asked)} needs "
                                    f"strategy='{NAME}_ddp' (one process per device, the backend 'eccl'), not "
                                    f"{type(trainer.strategy).__name__}")
+        if len(asked) == 1 and asked[0] != trainer.strategy.root_device:
+            raise IntegrationError(f"Lightning on the emulated device: devices asks for {asked[0]}, the strategy runs "
+                                   f"on {trainer.strategy.root_device}; for {asked[0]} pass "
+                                   f"strategy=EmulatedStrategy(device='{asked[0]}') (or trainer_kwargs('{asked[0]}'))")
 
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
@@ -116,9 +120,10 @@ class FabricEmulatedAccelerator(_Device, FabricAccelerator):
     @staticmethod
     def parse_devices(devices: Any) -> list[int]:
         parsed = _parse(devices)
-        if len(parsed) > 1:
+        if parsed != [0]:
             raise IntegrationError(f"Fabric on the emulated device: devices={devices!r} is not supported; use "
-                                   "devices=1 (Fabric's DDP over the emulated devices is not set up yet)")
+                                   f"devices=1 ({NAME}:0; Fabric's DDP over the emulated devices is not set up yet, "
+                                   "and the 'emulated' strategy runs on emulated:0)")
         return parsed
 
     @staticmethod
@@ -210,6 +215,8 @@ def trainer_kwargs(device: torch.device | str) -> dict[str, Any]:
     """The keyword arguments that put `L.Trainer` (or `L.Fabric`) on `device`: cpu, emulated, cuda or mps."""
     device = torch.device(device)
     if device.type == NAME:
+        if device.index:  # emulated:1: a strategy on that device, as the connector cannot be told
+            return {"accelerator": NAME, "strategy": EmulatedStrategy(device=device), "devices": [device.index]}
         return {"accelerator": NAME, "strategy": NAME, "devices": 1}
     return {"accelerator": device.type, "devices": [device.index] if device.index is not None else 1}
 
