@@ -314,12 +314,34 @@ def test_cpu_code_behaves_the_same_with_the_emulator_registered() -> None:
     assert registered == plain
 
 
+def test_init_process_group_without_a_backend_picks_eccl(tmp_path: Path) -> None:
+    """Registered, the emulator is the accelerator c10d finds, so init_process_group() without a backend picks its
+    backend, "eccl", as it picks NCCL on a GPU host, and a CPU tensor is refused as there (on a host without an
+    accelerator it asks for a backend instead)."""
+    import torch.distributed as dist
+    from torch._utils import _get_available_device_type
+
+    if _get_available_device_type() != emulator.NAME:
+        pytest.skip(f"this host's accelerator is {_get_available_device_type()}: c10d picks its backend")
+    dist.init_process_group(init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1)
+    try:
+        assert dist.get_backend_config() == f"{emulator.NAME}:eccl"
+        assert dist.group.WORLD.name() == "eccl"
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            dist.all_reduce(torch.ones(2))
+    finally:
+        dist.destroy_process_group()
+
+
 def test_data_parallel_of_a_cpu_module_fails_as_on_a_gpu_host() -> None:
     """Registered, the emulator is an accelerator with two devices, so `nn.DataParallel(model)` of a CPU module
     takes them as a two-GPU host does, and fails as it does there (the dataparallel_device_ids lesson); on a
     host without an accelerator it passes the call through."""
+    from torch._utils import _get_available_device_type
+
     model = torch.nn.Linear(3, 2)
-    with pytest.raises(RuntimeError, match=r"module must have its parameters and buffers on device emulated:0 "
+    taken = _get_available_device_type()  # CUDA before the emulator, on a host that has it
+    with pytest.raises(RuntimeError, match=rf"module must have its parameters and buffers on device {taken}:0 "
                                            r"\(device_ids\[0\]\) but found one of them on device: cpu"):
         torch.nn.DataParallel(model)(torch.randn(4, 3))
 
@@ -362,6 +384,8 @@ LATE = ("import torch\n{first}from samedevice import emulator\ndev = emulator.de
 CPU_BACKWARD_FIRST = "a = torch.ones(2, requires_grad=True); (a * 2).sum().backward()\n"
 
 
+@pytest.mark.skipif(torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available()),
+                    reason="on a host with CUDA or XPU, their guard sizes the autograd engine's device queues")
 def test_registering_after_a_backward_warns_in_one_line() -> None:
     """Registered after the process's first backward, the emulator warns in one line naming the cause and the fix;
     the device's backward then fails as PyTorch makes it (an internal assert). Registered first, no warning."""

@@ -52,14 +52,24 @@ def use_device(device: torch.device | str) -> torch.device:
         raise IntegrationError(f"accelerate's state already runs on {made} in this process: call "
                                f"hf.use_device({str(device)!r}) before the first TrainingArguments or Accelerator "
                                "(or hf.reset() first)")
+    _previous.setdefault(DEVICE_ENV, os.environ.get(DEVICE_ENV))  # what to give back at reset()
     os.environ[DEVICE_ENV] = str(device)
     return device
 
 
+_previous: dict[str, str | None] = {}
+
+
 def reset() -> None:
-    """Forget accelerate's process-wide state and the device chosen, so the next one is made afresh."""
+    """Forget accelerate's process-wide state and the device use_device chose (the variable it set goes back to
+    what it was), so the next one is made afresh."""
     AcceleratorState._reset_state(reset_partial_state=True)
-    os.environ.pop(DEVICE_ENV, None)
+    if DEVICE_ENV in _previous:
+        before = _previous.pop(DEVICE_ENV)
+        if before is None:
+            os.environ.pop(DEVICE_ENV, None)
+        else:
+            os.environ[DEVICE_ENV] = before
 
 
 class RNGState:
