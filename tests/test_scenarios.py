@@ -807,25 +807,26 @@ def test_model_split_across_devices_audit_names_the_last_layers(accelerator: tor
 # ---- offload_device_read -------------------------------------------------------------------------
 
 
+_CPU_OFFLOAD = registry.get("offload_device_read").fix().offload
+
+
 def _offload_to_meta(model: nn.Module, execution_device: torch.device) -> nn.Module:
     """An offload that leaves meta tensors in the module between calls (accelerate's cpu_offload keeps the
-    weights in a map): each call materializes them on the execution device."""
+    weights in a map): the CPU offload's hooks, with the weights made on the device before each call and dropped
+    to meta after it."""
     weights = {k: v.clone() for k, v in model.state_dict().items()}
-    model.to("meta")
 
-    def before(module: nn.Module, args: tuple) -> tuple:
+    def materialize(module: nn.Module, args: tuple) -> None:
         module.to_empty(device=execution_device)
         module.load_state_dict(weights)
-        return tuple(a.to(execution_device) for a in args)
 
-    def after(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    def drop(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
         module.to("meta")
-        return output
 
-    model.register_forward_pre_hook(before)
-    model.register_forward_hook(after)
-    model.execution_device = execution_device
-    return model
+    model.register_forward_pre_hook(materialize)  # runs before the offload's own hooks
+    _CPU_OFFLOAD(model, execution_device)
+    model.register_forward_hook(drop)  # after the offload's move back to CPU
+    return model.to("meta")
 
 
 def test_offload_device_read_with_weights_on_meta(accelerator: torch.device, tmp_path: Path,
