@@ -35,6 +35,9 @@ Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, li
   memory, no autocast (refused in one line);
 - torch.compile does not compile device code: fullgraph=True raises one line naming the emulator;
   otherwise Dynamo breaks the graph at the first emulated tensor and runs the code eagerly;
+- "eccl" (collectives.py) is a whole process group: "cpu:gloo,emulated:eccl" still refuses CPU tensors;
+- a device error inside the TorchScript interpreter loses its message (PyTorch reads an unfetched
+  Python error);
 - moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
   Parameters (CUDA keeps them);
 - `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
