@@ -1,6 +1,7 @@
 """The emulator's dispatch cost against the floor, in one process.
 
     python benchmarks/bench_dispatch.py [--quick] [--save]
+    SAMEDEVICE_EMULATOR_CORE=native python benchmarks/bench_dispatch.py [--quick] [--save]
 
 The floor is a trivial `__torch_dispatch__` wrapper written below (unwrap, run, rewrap, nothing
 else): what any Python tensor subclass pays per op. Two measurements, interleaved so the machine's
@@ -12,8 +13,9 @@ drift hits both alike, medians of repeated runs:
 - one op inside autocast (a bfloat16 linear of float32 inputs, so autocast casts both): under
   torch.autocast("emulated") on the device vs under torch.autocast("cpu") on CPU, each backend's policy
   casting the same inputs.
+- per small op against CPU's own add: the native core's target (issue: at most 2x CPU, a tiny step at most 1.5x).
 Results go to benchmarks/out/ (ignored by git) unless --save writes the recorded
-benchmarks/results/dispatch.json.
+benchmarks/results/dispatch.json (dispatch_native.json for the native core).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's samedevice, and benchmarks.comm
 
 from benchmarks.common import arguments, write  # noqa: E402
 from samedevice import emulator  # noqa: E402
+from samedevice.emulator import native  # noqa: E402
 
 
 class Floor(torch.Tensor):
@@ -95,10 +98,12 @@ def main() -> None:
     n_ops, n_steps, rounds = (200, 20, 1) if args.quick else (5000, 300, 5)
 
     dev = emulator.device()
+    core = "native" if native.active() else "subclass"
     a, b = torch.ones(16, device=dev), torch.ones(16, device=dev)
+    ca, cb = torch.ones(16), torch.ones(16)
     fa, fb = Floor(torch.ones(16)), Floor(torch.ones(16))
     cpu_step, emu_step, floor_step = tiny_step(torch.device("cpu")), tiny_step(dev), tiny_step(None)
-    op, floor, step_cpu, step_emu, step_floor = [], [], [], [], []
+    op, floor, step_cpu, step_emu, step_floor, op_cpu = [], [], [], [], [], []
     amp_cpu, amp_emu = [], []
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     xd, wd = x.to(dev), w.to(dev)
@@ -112,6 +117,7 @@ def main() -> None:
     for _ in range(rounds):
         op.append(per_call(lambda: a + b, n_ops))
         floor.append(per_call(lambda: fa + fb, n_ops))
+        op_cpu.append(per_call(lambda: ca + cb, n_ops))
         step_cpu.append(per_call(cpu_step, n_steps))
         step_emu.append(per_call(emu_step, n_steps))
         step_floor.append(per_call(floor_step, n_steps))
@@ -122,6 +128,8 @@ def main() -> None:
         "op_us": round(med(op) * 1e6, 2), "floor_us": round(med(floor) * 1e6, 2),
         "op_ratio": round(med(op) / med(floor), 3),
         "op_ratio_spread": [round(min(op) / max(floor), 3), round(max(op) / min(floor), 3)],
+        "op_cpu_us": round(med(op_cpu) * 1e6, 2), "op_cpu_ratio": round(med(op) / med(op_cpu), 3),
+        "op_cpu_ratio_spread": [round(min(op) / max(op_cpu), 3), round(max(op) / min(op_cpu), 3)],
         "tiny_step_cpu_us": round(med(step_cpu) * 1e6, 1), "tiny_step_emulated_us": round(med(step_emu) * 1e6, 1),
         "tiny_step_ratio": round(med(step_emu) / med(step_cpu), 3),
         "tiny_step_ratio_spread": [round(min(step_emu) / max(step_cpu), 3), round(max(step_emu) / min(step_cpu), 3)],
@@ -131,11 +139,13 @@ def main() -> None:
                                          round(max(step_floor) / min(step_cpu), 3)],
         "autocast_op_cpu_us": round(med(amp_cpu) * 1e6, 2), "autocast_op_emulated_us": round(med(amp_emu) * 1e6, 2),
         "autocast_op_ratio": round(med(amp_emu) / med(amp_cpu), 3),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds, "core": core,
     }
-    write("dispatch", result, args.save)
+    write("dispatch_native" if core == "native" else "dispatch", result, args.save)
     print(f"small op (add, 16 elements): emulated {result['op_us']} us, floor {result['floor_us']} us, "
           f"ratio {result['op_ratio']}x (target <= 1.5x)")
+    print(f"  against CPU's add ({result['op_cpu_us']} us): {result['op_cpu_ratio']}x "
+          f"(the {core} core; native target <= 2x)")
     print(f"tiny MLP Adam step: emulated {result['tiny_step_emulated_us']} us, cpu {result['tiny_step_cpu_us']} us, "
           f"ratio {result['tiny_step_ratio']}x (target <= 3x)")
     print(f"  the same step with the trivial wrapper: {result['tiny_step_floor_us']} us, "

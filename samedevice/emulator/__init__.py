@@ -100,6 +100,7 @@ from samedevice.emulator.tensor import EmulatedTensor
 
 registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register,
                                 streams.register, collectives.register])
+registration._on_register_native.extend([streams.register, collectives.register])
 
 __all__ = [
     "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",

@@ -218,6 +218,19 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
 };
 }  // namespace
 
+namespace samedevice {
+c10::DeviceIndex current_device() { return current_index; }
+bool host_is_absent() { return absent; }
+// registration.py's check_present, in its words
+void check_present(c10::DeviceIndex index) {
+  TORCH_CHECK(!absent, "Found no ", c10::get_privateuse1_backend(), " device on this host: torch.",
+              c10::get_privateuse1_backend(), ".is_available() is False (samedevice.emulator.absent() or "
+              "SAMEDEVICE_EMULATOR_ABSENT=1 plays a host without the accelerator)");
+  TORCH_CHECK(index >= 0 && index < kDeviceCount, c10::get_privateuse1_backend(), ":", int(index),
+              " does not exist: the emulator has ", int(kDeviceCount), " devices, indices 0 to ", int(kDeviceCount) - 1);
+}
+}  // namespace samedevice
+
 extern "C" void samedevice_set_absent(int value) { absent = value != 0; }
 
 // torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import torch
 
-SOURCES = (Path(__file__).with_name("guard.cpp"), Path(__file__).with_name("autocast.cpp"))
+_HERE = Path(__file__).parent
+SOURCES = (_HERE / "guard.cpp", _HERE / "autocast.cpp", *sorted((_HERE / "csrc").glob("*.cpp")))
+HEADERS = tuple(sorted((_HERE / "csrc").glob("*.h")))
 _loaded: list[ctypes.CDLL] = []  # kept alive: the registered guard lives in this library
 
 
@@ -38,7 +40,7 @@ def cache_dir() -> Path:
 
 
 def library_path() -> Path:
-    sources = b"".join(source.read_bytes() for source in SOURCES)
+    sources = b"".join(source.read_bytes() for source in (*SOURCES, *HEADERS))
     digest = hashlib.sha256(sources + torch.__version__.encode() + sys.version.encode()).hexdigest()
     return cache_dir() / f"emulator-{torch.__version__.replace('+', '_')}-{digest[:16]}.so"
 
@@ -52,24 +54,32 @@ def _build(target: Path) -> None:
     if compiler is None:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++ or clang++)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
-           *map(str, SOURCES), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
-    if sysconfig.get_platform().startswith("macosx"):
-        cmd[1:1] = ["-undefined", "dynamic_lookup"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            lines = done.stderr.strip().splitlines() or ["(no output)"]
-            first_error = next((line for line in lines if "error" in line), lines[-1])
-            raise RuntimeError(f"compiling the emulator's C++ part failed: {first_error.strip()}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    flags = ["-std=c++17", "-O1", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+             f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}"]
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        # one compiler per source, all at once (the headers dominate: each file takes seconds), then one link
+        objects = [Path(work) / f"{source.stem}.o" for source in SOURCES]
+        _run_all([[compiler, *flags, "-c", str(source), "-o", str(obj)] for source, obj in zip(SOURCES, objects)])
+        tmp = Path(work) / target.name
+        link = [compiler, "-shared", *map(str, objects), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}",
+                "-o", str(tmp)]
+        if sysconfig.get_platform().startswith("macosx"):
+            link[1:1] = ["-undefined", "dynamic_lookup"]
+        _run_all([link])
+        os.replace(tmp, target)  # a whole file or none, for processes that build at once
+
+
+def _run_all(commands: list[list[str]]) -> None:
+    running = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for cmd in commands]
+    failures = []
+    for process in running:
+        _, err = process.communicate(timeout=600)
+        if process.returncode != 0:
+            lines = err.strip().splitlines() or ["(no output)"]
+            failures.append(next((line for line in lines if "error" in line), lines[-1]).strip())
+    if failures:
+        raise RuntimeError(f"compiling the emulator's C++ part failed: {failures[0]}")
 
 
 def set_absent(value: bool) -> None:

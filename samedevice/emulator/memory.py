@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from samedevice.emulator import native
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, index_of
 
 _allocated = [0] * DEVICE_COUNT
@@ -87,15 +88,21 @@ def _out_of_memory(index: int, nbytes: int, cap: int) -> str:
 
 
 def memory_allocated(dev: torch.device | str | int | None = None) -> int:
+    if native.active():
+        return native.memory(index_of(dev), 0)
     return _allocated[index_of(dev)]
 
 
 def max_memory_allocated(dev: torch.device | str | int | None = None) -> int:
+    if native.active():
+        return native.memory(index_of(dev), 1)
     return _peak[index_of(dev)]
 
 
 def reset_peak_memory_stats(dev: torch.device | str | int | None = None) -> None:
     i = index_of(dev)
+    if native.active():
+        native.reset_peak(i)
     _peak[i] = _allocated[i]
 
 
@@ -106,3 +113,5 @@ def set_capacity(dev: torch.device | str | int | None, nbytes: int | None, used_
         raise ValueError(f"used_elsewhere={used_elsewhere} must lie between 0 and the capacity, {nbytes}")
     i = index_of(dev)
     _capacity[i], _elsewhere[i] = nbytes, used_elsewhere if nbytes is not None else 0
+    if native.active():
+        native.set_capacity(i, nbytes, _elsewhere[i])

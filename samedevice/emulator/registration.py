@@ -215,6 +215,7 @@ def _drain_autograd_workers() -> None:
 
 _registered = False
 _on_register: list[Callable[[], None]] = []  # the other sections' registrations, in section order
+_on_register_native: list[Callable[[], None]] = []  # those the native core needs too
 
 
 def unavailable_reason() -> str | None:
@@ -266,7 +267,14 @@ def register() -> None:
         else:
             _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
             _refuse_autocast(_fallback_reason)
-    for hook in _on_register:
+    from samedevice.emulator import native
+
+    if native.requested():
+        if not _native_guard:
+            raise EmulatorUnavailableError(f"the native core ({native.CORE_ENV}=native) needs the C++ part: "
+                                           f"{_fallback_reason}")
+        native.install(guard._loaded[0])
+    for hook in (_on_register_native if native.requested() else _on_register):
         hook()
     _hide_from_dynamo()
     if _native_guard:

@@ -452,3 +452,64 @@ SPECIAL: dict[Any, Any] = {
 }
 
 _tensor.dispatch = dispatch  # EmulatedTensor.__torch_dispatch__ calls the rules from here on
+
+
+# ---- the native core's plans (native.py, csrc/fallback.cpp) -------------------------------------
+# The same rules for the native core: its C++ fallback asks once per op which check to make (the numbers are
+# fallback.cpp's `Rule`s), and takes by name the ops that have a CUDA kernel of their own beside a composite one.
+
+class NativePlan(NamedTuple):
+    rule: int
+    allow_cpu_scalar: bool
+    random: int  # -1: draws nothing; -2: a seeded op without a generator argument; else that argument's position
+    text: str  # the wrapper's name for the common check, the error for a missing op
+
+
+COMMON, ITERATOR, FOREACH, MISSING, INDEX, INDEX_PUT, WHERE, MASKED_FILL, UNCHECKED = range(9)
+NATIVE_SPECIAL = {
+    "index.Tensor": INDEX, "index_put_": INDEX_PUT, "index_put": INDEX_PUT, "_index_put_impl_": INDEX_PUT,
+    "where.self": WHERE, "where.self_out": WHERE, "masked_fill_.Scalar": MASKED_FILL,
+    "masked_fill_.Tensor": MASKED_FILL, "masked_fill.Scalar": MASKED_FILL, "masked_fill.Tensor": MASKED_FILL,
+    "is_pinned": UNCHECKED,
+}
+# the native core's own kernels and the copies across devices (csrc/kernels.cpp): never the fallback's
+_NATIVE_OWN = {"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "empty.memory_format",
+               "empty_strided", "as_strided", "view", "_reshape_alias", "resize_", "set_.source_Tensor",
+               "set_.source_Storage", "set_.source_Storage_storage_offset", "_has_compatible_shallow_copy_type"}
+
+
+def native_plan(op: str) -> NativePlan:
+    """The plan for `op` ("aten::add.Tensor", "aten::mm"), as `_plan` makes it for the subclass core."""
+    qualified, _, overload = op.partition(".")
+    namespace, packet = qualified.split("::")
+    func = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+    name = packet + (f".{overload}" if overload else "")
+    found = table().get(name) if namespace == "aten" else None
+    if name in NATIVE_SPECIAL:
+        rule = NATIVE_SPECIAL[name]
+    else:
+        kind = _rule(func, found, n_tensors=2)
+        rule = {"missing": MISSING, "foreach": FOREACH, "iterator": ITERATOR}.get(kind, COMMON)
+    plan = _plan(func)
+    random = -1 if plan.random is None else (-2 if plan.random is rng.SEEDED else plan.random[1])
+    if rule == MISSING:
+        text = (f"Could not run '{op}' with arguments from the '{NAME}' backend: it has no dense CUDA kernel in "
+                "native_functions.yaml (a CPU-only op fails on CUDA too)")
+    else:
+        text = _wrapper_name(func, plan)
+    return NativePlan(rule, func._schema.name in _ALLOW_CPU_SCALAR, random, text)
+
+
+def native_by_name() -> list[str]:
+    """The ops the native core's fallback takes by name: a CUDA kernel of their own beside a composite kernel
+    (a structured op's functional and in-place variants), which the dispatcher would otherwise give the device."""
+    names = []
+    for name, found in table().items():
+        if not found.cuda or name in _NATIVE_OWN:
+            continue
+        qualified = "aten::" + name
+        if not torch._C._dispatch_has_kernel(qualified):
+            continue
+        if any(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, k) for k in _COMPOSITE_KEYS):
+            names.append(name)
+    return names

@@ -1,0 +1,527 @@
+// The fallback: every op without a kernel of its own here (kernels.cpp) runs CPU's kernel on host aliases of its
+// device tensors (CPU tensors over the same bytes, no copy), after the device check that CUDA's kernel for the op
+// would make. Which check is the plan's, and the plan is Python's (rules.py, `native_plan`): asked once per op,
+// kept here. The checks below are copies of CUDA's, each citing the code it copies; none decides which op gets it.
+//
+// After the kernel: an in-place or out= result is the caller's own device tensor (its sizes and strides follow the
+// alias's, and memory a resize gave the alias becomes the tensor's); a result over an argument's memory is a view
+// of that device storage; a fresh result's memory is taken over as device memory, counted on the op's device.
+#include "core.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <ATen/core/stack.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace samedevice {
+
+std::array<std::optional<at::Generator>, kDeviceCount> default_generators;  // rng.py's, one per device
+
+namespace {
+
+// The rules (rules.py names them; the numbers are the plan's)
+enum Rule : int {
+  kCommon = 0,      // torchgen's whole-op check (check_and_update_common_device)
+  kIterator = 1,    // TensorIterator's (compute_types), for `device_check: NoCheck` kernels
+  kForeach = 2,     // a foreach op's fast path, else its per-tensor slow path
+  kMissing = 3,     // no CUDA kernel: the op fails as the dispatcher fails for CUDA
+  kIndex = 4,       // index.Tensor's
+  kIndexPut = 5,    // index_put_'s
+  kWhere = 6,       // where's
+  kMaskedFill = 7,  // masked_fill's
+  kUnchecked = 8,   // the kernel checks nothing across devices (it reads one tensor's metadata or value)
+};
+constexpr int kNoRandom = -1, kSeeded = -2;
+
+struct Plan {
+  int rule = kCommon;
+  bool allow_cpu_scalar = false;  // an iterator op that takes a CPU scalar even with more than two inputs (lerp)
+  int random = kNoRandom;         // kSeeded, or the position of its `Generator?` argument
+  std::string text;               // the codegen wrapper's name (kCommon), or the error (kMissing)
+  std::vector<int> written;       // arguments the op writes (in-place self, out=)
+  std::vector<int> positional;    // arguments that are not keyword-only (the codegen checks only these)
+};
+
+using PlanFunction = int (*)(const char* op, int* rule, int* allow_cpu_scalar, int* random, char* text, size_t size);
+PlanFunction ask_python = nullptr;
+std::shared_mutex plans_mutex;
+std::unordered_map<const c10::FunctionSchema*, Plan> plans;
+
+const Plan& plan_of(const c10::OperatorHandle& op) {
+  const auto* key = &op.schema();
+  {
+    std::shared_lock<std::shared_mutex> lock(plans_mutex);
+    auto found = plans.find(key);
+    if (found != plans.end()) return found->second;
+  }
+  const auto& schema = op.schema();
+  std::string name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  Plan plan;
+  char text[1024] = {0};
+  int allow = 0;
+  TORCH_CHECK(ask_python != nullptr, "emulated accelerator: no plan for ", name, " (the rules are not loaded)");
+  TORCH_CHECK(ask_python(name.c_str(), &plan.rule, &allow, &plan.random, text, sizeof text) == 0,
+              "emulated accelerator: the rules failed to plan ", name);
+  plan.allow_cpu_scalar = allow != 0;
+  plan.text = text;
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) plan.written.push_back(static_cast<int>(i));
+    if (!arguments[i].kwarg_only()) plan.positional.push_back(static_cast<int>(i));
+  }
+  std::unique_lock<std::shared_mutex> lock(plans_mutex);
+  return plans.emplace(key, std::move(plan)).first->second;
+}
+
+// Every tensor an argument holds (a Tensor, a Tensor?, a Tensor[] or a Tensor?[]).
+template <typename F>
+void each_tensor(const c10::IValue& v, F f) {
+  if (v.isTensor()) {
+    if (v.toTensor().defined()) f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) {
+      if (t.defined()) f(t);
+    }
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor() && e.toTensor().defined()) f(e.toTensor());
+    }
+  }
+}
+
+bool is_device(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
+
+[[noreturn]] void two_devices(c10::Device a, c10::Device b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", a, " and ",
+              b, "!");
+}
+
+// TensorIteratorBase::compute_types (aten/src/ATen/TensorIterator.cpp): the common device is the first non-CPU
+// operand's, outputs first; one 0-dim CPU *input* is allowed as a scalar when the config allows CPU scalars
+// (binary and comparison ops); any other operand elsewhere raises, printing the common device first.
+void check_iterator(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, bool allow_scalar) {
+  std::optional<c10::Device> common;
+  for (const auto* group : {&outputs, &inputs}) {
+    for (const auto& t : *group) {
+      if (!common && t.defined() && !t.is_cpu()) common = t.device();
+    }
+  }
+  if (!common) return;
+  int scalars = allow_scalar ? 1 : 0;
+  for (const auto& t : outputs) {
+    if (t.defined() && t.device() != *common) two_devices(*common, t.device());
+  }
+  for (const auto& t : inputs) {
+    if (!t.defined() || t.device() == *common) continue;
+    if (scalars > 0 && t.is_cpu() && t.dim() == 0) {
+      --scalars;
+      continue;
+    }
+    two_devices(*common, t.device());
+  }
+}
+
+bool is_written(const Plan& plan, int i) {
+  return std::find(plan.written.begin(), plan.written.end(), i) != plan.written.end();
+}
+
+void check_common(const Plan& plan, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  // check_and_update_common_device (aten/src/ATen/core/op_registration/adaption.h), which the codegen calls for
+  // the out arguments, then the positional tensor arguments, of every CUDA kernel without `device_check: NoCheck`:
+  // the first defined tensor sets the common device (even a CPU one), and nothing is exempt, not even a 0-dim CPU
+  // tensor. Lists are checked per element under the list's name.
+  std::optional<c10::Device> common;
+  auto visit = [&](int i) {
+    const auto& name = schema.arguments()[i].name();
+    each_tensor(args[i], [&](const at::Tensor& t) {
+      c10::impl::check_and_update_common_device(common, t, plan.text.c_str(), name.c_str());
+    });
+  };
+  for (int i : plan.written) visit(i);
+  for (int i : plan.positional) {
+    if (!is_written(plan, i)) visit(i);
+  }
+}
+
+void check_iterator_op(const Plan& plan, c10::ArrayRef<c10::IValue> args) {
+  std::vector<at::Tensor> outputs, inputs;
+  size_t operands = 0;  // the op's inputs, an in-place op's self included
+  for (int i : plan.written) each_tensor(args[i], [&](const at::Tensor& t) { outputs.push_back(t); });
+  for (int i : plan.positional) {
+    each_tensor(args[i], [&](const at::Tensor& t) {
+      ++operands;
+      if (!is_written(plan, i)) inputs.push_back(t);
+    });
+  }
+  // BINARY_OP_CONFIG, BINARY_FLOAT_OP_CONFIG and the comparison config allow one CPU scalar, as does lerp's
+  // (Lerp.cpp: .allow_cpu_scalars(true)); unary and ternary ones do not
+  check_iterator(outputs, inputs, operands == 2 || plan.allow_cpu_scalar);
+}
+
+void check_foreach(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  // A foreach op whose tensors are not all on one device leaves CUDA's fast path for the slow one, which runs the
+  // per-tensor op index by index (aten/src/ATen/native/ForeachOpsKernels.cpp); each of those is a TensorIterator
+  // op with its own check. A `scalars` tensor (the .Tensor overloads) holds one number per tensor and must be on
+  // CPU (convert_tensor_to_scalar_list): it is not an operand.
+  std::vector<c10::List<at::Tensor>> lists;
+  std::vector<at::Tensor> singles;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (schema.arguments()[i].name() == "scalars") continue;
+    if (args[i].isTensorList()) lists.push_back(args[i].toTensorList());
+    if (args[i].isTensor()) singles.push_back(args[i].toTensor());
+  }
+  if (lists.empty()) return;
+  for (size_t row = 0; row < lists[0].size(); ++row) {
+    std::vector<at::Tensor> outputs{lists[0].get(row)}, inputs;
+    for (size_t l = 1; l < lists.size(); ++l) {
+      if (row < lists[l].size()) inputs.push_back(lists[l].get(row));
+    }
+    inputs.insert(inputs.end(), singles.begin(), singles.end());
+    check_iterator(outputs, inputs, true);
+  }
+}
+
+void check_index(c10::ArrayRef<c10::IValue> args) {
+  // check_indices_on_cpu_or_selfdevice (aten/src/ATen/native/TensorAdvancedIndexing.cpp): "Only allow:
+  // `dev_tensor[{cpu,dev}_tensor]`"; CPU indices are then moved to self's device.
+  const auto& self = args[0].toTensor();
+  each_tensor(args[1], [&](const at::Tensor& i) {
+    TORCH_CHECK(i.is_cpu() || i.device() == self.device(),
+                "indices should be either on cpu or on the same device as the indexed tensor (", self.device(), ")");
+  });
+}
+
+void check_index_put(c10::ArrayRef<c10::IValue> args) {
+  // index_put_ (TensorAdvancedIndexing.cpp): indices on any device are moved to self's; a 0-dim CPU value is moved
+  // too; any other value goes through a TensorIterator without CPU scalars.
+  const auto& values = args[2].toTensor();
+  if (!(values.is_cpu() && values.dim() == 0)) check_iterator({args[0].toTensor()}, {values}, false);
+}
+
+void check_where(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  // where_self_out (aten/src/ATen/native/TensorCompare.cpp): "allow CPU scalars on non-cpu device": a 0-dim CPU
+  // condition, self or other is moved to the device first, any number of them.
+  std::vector<at::Tensor> outputs, inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool out = schema.arguments()[i].name() == "out";
+    each_tensor(args[i], [&](const at::Tensor& t) {
+      if (out) {
+        outputs.push_back(t);
+      } else if (!(t.is_cpu() && t.dim() == 0)) {
+        inputs.push_back(t);
+      }
+    });
+  }
+  check_iterator(outputs, inputs, false);
+}
+
+void check_masked_fill(c10::ArrayRef<c10::IValue> args) {
+  // masked_fill__cuda (aten/src/ATen/native/cuda/Indexing.cu) checks self and mask itself; a 0-dim value tensor is
+  // read as a number (`value.item()`) wherever it lives.
+  const auto& self = args[0].toTensor();
+  const auto& mask = args[1].toTensor();
+  TORCH_CHECK(self.device() == mask.device(), "expected self and mask to be on the same device, but got mask on ",
+              mask.device(), " and self on ", self.device());
+}
+
+void check(const Plan& plan, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  switch (plan.rule) {
+    case kCommon: return check_common(plan, schema, args);
+    case kIterator: return check_iterator_op(plan, args);
+    case kForeach: return check_foreach(schema, args);
+    case kIndex: return check_index(args);
+    case kIndexPut: return check_index_put(args);
+    case kWhere: return check_where(schema, args);
+    case kMaskedFill: return check_masked_fill(args);
+    case kUnchecked: return;
+    default: TORCH_CHECK_NOT_IMPLEMENTED(false, plan.text);
+  }
+}
+
+// The host aliases of one call: one host storage per device storage, so that CPU's overlap checks see what CUDA's
+// would, and each result maps back to the device storage it views.
+struct Aliases {
+  struct Pair {
+    c10::StorageImpl* device;
+    c10::Storage host;
+  };
+  std::vector<Pair> pairs;
+
+  at::Tensor host(const at::Tensor& t) {
+    auto* device = t.storage().unsafeGetStorageImpl();
+    c10::Storage* found = nullptr;
+    for (auto& p : pairs) {
+      if (p.device == device) found = &p.host;
+    }
+    if (found == nullptr) {
+      c10::Storage host(c10::make_intrusive<c10::StorageImpl>(
+          c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
+          c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)), host_alias_allocator(),
+          device->resizable()));
+      pairs.push_back({device, std::move(host)});
+      found = &pairs.back().host;
+    }
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(*found), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                          t.dtype());
+    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return alias;
+  }
+
+  // A device storage whose alias a CPU kernel resized takes the new memory (the host alias allocator's, counted
+  // on the op's device) and its size.
+  void take_back_resized(c10::DeviceIndex index) {
+    for (auto& p : pairs) {
+      auto* host = p.host.unsafeGetStorageImpl();
+      if (host->data() == p.device->data()) continue;
+      c10::DataPtr data = std::move(host->mutable_data_ptr());
+      data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, index));
+      p.device->set_data_ptr_noswap(std::move(data));
+      p.device->set_nbytes(host->nbytes());
+      host->set_data_ptr_noswap(c10::DataPtr(p.device->mutable_data(), c10::Device(c10::kCPU)));
+    }
+  }
+
+  // The device storage whose host alias `host` is, if any.
+  std::optional<c10::Storage> device_storage_of(const c10::StorageImpl* host) const {
+    for (const auto& p : pairs) {
+      if (p.host.unsafeGetStorageImpl() == host) {
+        return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(p.device));
+      }
+    }
+    return std::nullopt;
+  }
+};
+
+at::Tensor on_device(const c10::Storage& storage, const at::Tensor& like) {
+  // the result's own keys (ZeroTensor, Conjugate, Negative) stay; its backend is the device
+  auto keys = like.key_set().remove_backend(c10::BackendComponent::CPUBit) |
+              c10::DispatchKeySet(c10::BackendComponent::PrivateUse1Bit);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(storage), keys, like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return t;
+}
+
+// A CPU kernel's result, on the device: a view of an argument's device storage, or fresh memory taken over.
+struct Results {
+  Aliases& aliases;
+  c10::DeviceIndex index;
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted;  // one device storage per fresh host storage
+
+  at::Tensor back(const at::Tensor& h) {
+    if (!h.defined() || !h.is_cpu()) return h;
+    TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided && !h.is_nested(), "emulated accelerator: ",
+                                h.layout(), " tensors are not supported on ", c10::get_privateuse1_backend(),
+                                " devices (only dense, strided tensors are)");
+    auto* host = h.storage().unsafeGetStorageImpl();
+    if (auto viewed = aliases.device_storage_of(host)) return on_device(*viewed, h);
+    for (auto& [fresh, device] : adopted) {
+      if (fresh == host) return on_device(device, h);
+    }
+    c10::Storage device(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), host->nbytes(),
+        adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index),
+        device_allocator(), /*resizable=*/true));
+    adopted.emplace_back(host, device);
+    return on_device(device, h);
+  }
+};
+
+std::optional<c10::DeviceIndex> device_of(c10::ArrayRef<c10::IValue> args) {
+  for (const auto& v : args) {
+    std::optional<c10::DeviceIndex> found;
+    each_tensor(v, [&](const at::Tensor& t) {
+      if (!found && is_device(t)) found = t.device().index();
+    });
+    if (found) return found;
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      return v.toDevice().has_index() ? v.toDevice().index() : current_device();
+    }
+  }
+  return std::nullopt;
+}
+
+// Run `kernel` with the CPU generator `cpu` holding `device`'s state; take the advanced state back and leave `cpu`
+// as it was (rng.py's _lend: CPU kernels draw from CPU generators only).
+template <typename F>
+void lend(at::Generator device, at::Generator cpu, F kernel) {
+  at::Tensor saved, state;
+  {
+    std::lock_guard<std::mutex> a(cpu.mutex());
+    saved = cpu.get_state();
+  }
+  {
+    std::lock_guard<std::mutex> b(device.mutex());
+    state = device.get_state();
+  }
+  {
+    std::lock_guard<std::mutex> a(cpu.mutex());
+    cpu.set_state(state);
+  }
+  auto give_back = [&] {
+    std::lock_guard<std::mutex> a(cpu.mutex());
+    state = cpu.get_state();
+    cpu.set_state(saved);
+  };
+  try {
+    kernel();
+  } catch (...) {
+    give_back();
+    throw;
+  }
+  give_back();
+  std::lock_guard<std::mutex> b(device.mutex());
+  device.set_state(state);
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const Plan& plan = plan_of(op);
+  const auto& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  const size_t base = stack->size() - n;
+  check(plan, schema, c10::ArrayRef<c10::IValue>(*stack).slice(base, n));
+  const auto index = device_of(c10::ArrayRef<c10::IValue>(*stack).slice(base, n)).value_or(current_device());
+  const c10::OptionalDeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
+
+  // the arguments the op writes: (the caller's device tensor, its host alias)
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;
+  Aliases aliases;
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (v.isTensor()) {
+      if (!is_device(v.toTensor())) continue;
+      auto device = v.toTensor();
+      v = aliases.host(device);
+      if (is_written(plan, static_cast<int>(i))) written.emplace_back(device, v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList().copy();
+      for (size_t j = 0; j < list.size(); ++j) {
+        if (is_device(list.get(j))) list.set(j, aliases.host(list.get(j)));
+      }
+      v = list;
+    } else if (v.isList()) {
+      auto list = v.toList().copy();
+      for (size_t j = 0; j < list.size(); ++j) {
+        c10::IValue e = list.get(j);
+        if (e.isTensor() && is_device(e.toTensor())) list.set(j, aliases.host(e.toTensor()));
+      }
+      v = list;
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      v = c10::Device(c10::kCPU);  // the result goes where `device` says: the op's device (device_of)
+    }
+  }
+
+  auto run = [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); };
+  const auto& mine = default_generators.at(index);
+  if (plan.random == kSeeded && mine) {
+    lend(*mine, at::detail::getDefaultCPUGenerator(), run);
+  } else if (plan.random >= 0 && mine) {
+    c10::IValue& g = (*stack)[base + plan.random];
+    if (g.isNone()) {
+      g = *mine;  // the device's default generator (a CPU generator: its numbers are CPU's)
+      run();
+    } else {
+      auto given = g.toGenerator();
+      // check_generator<CUDAGeneratorImpl> (aten/src/ATen/core/DistributionsHelper.h & co.): a random op on the
+      // device takes a generator of the device's type only
+      TORCH_CHECK(given.device().type() == c10::DeviceType::PrivateUse1, "Expected a '",
+                  c10::get_privateuse1_backend(), "' device type for generator but found '",
+                  c10::DeviceTypeName(given.device().type(), true), "'");
+      auto cpu = at::make_generator<at::CPUGeneratorImpl>();
+      g = cpu;
+      lend(given, cpu, run);
+    }
+  } else {
+    run();
+  }
+
+  aliases.take_back_resized(index);
+  for (auto& [device, alias] : written) {
+    // the geometry the kernel gave the alias (resize_ of an out= result, squeeze_, t_) is the caller's tensor's
+    auto* impl = device.unsafeGetTensorImpl();
+    if (impl->sizes() != alias.sizes() || impl->strides() != alias.strides() ||
+        impl->storage_offset() != alias.storage_offset()) {
+      impl->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+    }
+  }
+  Results results{aliases, index, {}};
+  auto back = [&](const at::Tensor& h) -> at::Tensor {
+    for (auto& [device, alias] : written) {
+      if (h.is_same(alias)) return device;  // an in-place or out= op returns its argument: the caller's tensor
+    }
+    return results.back(h);
+  };
+  const size_t returns = schema.returns().size();
+  for (size_t r = stack->size() - returns; r < stack->size(); ++r) {
+    c10::IValue& v = (*stack)[r];
+    if (v.isTensor()) {
+      v = back(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor host_alias(const at::Tensor& t) { return Aliases().host(t); }
+
+at::Tensor device_result(const at::Tensor& host, c10::DeviceIndex index) {
+  Aliases none;
+  return Results{none, index, {}}.back(host);
+}
+
+void register_kernels(torch::Library& m);
+
+}  // namespace samedevice
+
+namespace {
+// kept for the life of the process: a registration lives as long as its Library
+torch::Library* aten_impl = nullptr;
+torch::Library* fallback_impl = nullptr;
+}  // namespace
+
+// rng.py's generator for each device (torch.ops.samedevice._set_default_generator)
+void set_default_generator(int64_t index, std::optional<at::Generator> generator) {
+  TORCH_CHECK(index >= 0 && index < samedevice::kDeviceCount, "no emulated device ", index);
+  samedevice::default_generators[index] = std::move(generator);
+}
+
+TORCH_LIBRARY(samedevice, m) {
+  m.def("_set_default_generator(int index, Generator? generator) -> ()", &set_default_generator);
+}
+
+// 1 when the native core is registered; `plan` is Python's rules (rules.py, native_plan), asked once per op.
+extern "C" int samedevice_register_core(samedevice::PlanFunction plan) {
+  if (aten_impl != nullptr) return 1;
+  samedevice::ask_python = plan;
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, samedevice::device_allocator());
+  aten_impl = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  samedevice::register_kernels(*aten_impl);
+  fallback_impl = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  fallback_impl->fallback(torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
+  return 1;
+}
+
+// Ops with a CUDA kernel of their own and a composite kernel too (a structured op's functional and in-place
+// variants): registered by name, or the dispatcher would give the device the composite (with another wrapper's
+// name in its error and another order of checks). `names` is newline-separated.
+extern "C" int samedevice_register_by_name(const char* names) {
+  std::string all(names);
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\n', start);
+    if (end == std::string::npos) end = all.size();
+    aten_impl->impl(all.substr(start, end - start).c_str(),
+                    torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
+    start = end + 1;
+  }
+  return 1;
+}
