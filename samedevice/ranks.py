@@ -159,8 +159,10 @@ class EmulatedGloo(torch.distributed.ProcessGroup):  # the stubs type only the C
     def _cpu(tensors: Any) -> Any:
         if isinstance(tensors, (list, tuple)):
             return [EmulatedGloo._cpu(t) for t in tensors]
-        # the emulator keeps an emulated tensor's data in a CPU tensor, `elem`, sharing its memory
-        return getattr(tensors, "elem", tensors)
+        # a CPU tensor over the emulated tensor's memory
+        from samedevice.emulator.tensor import unwrap
+
+        return unwrap(tensors)
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         return self.gloo.allreduce(self._cpu(tensors), opts or c10d.AllreduceOptions())

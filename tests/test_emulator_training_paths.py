@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from samedevice import emulator
 from samedevice.emulator.tensor import COMPILE_REFUSAL
-from tests.helpers import ROOT, dispatched_ops
+from tests.helpers import ROOT, SUBCLASS_CORE, dispatched_ops
 
 pytestmark = pytest.mark.skipif(emulator.unavailable_reason() is not None,
                                 reason=str(emulator.unavailable_reason()))
@@ -350,6 +350,7 @@ def test_data_parallel_of_a_cpu_module_fails_as_on_a_gpu_host() -> None:
 
 @pytest.mark.parametrize("make", [lambda: _f32(2, 4), lambda: torch.ones(2, 4, device=_dev())],
                          ids=["moved_there", "made_there"])
+@SUBCLASS_CORE
 def test_compile_with_fullgraph_is_refused_naming_the_emulator(make: object) -> None:
     """Departure: torch.compile cannot trace emulated tensors on the subclass core. With fullgraph=True it raises
     the emulator's one line where Dynamo first looks at an emulated tensor, on every backend (it used to say
@@ -364,6 +365,7 @@ def test_compile_with_fullgraph_is_refused_naming_the_emulator(make: object) -> 
         assert str(caught.value).startswith(COMPILE_REFUSAL)
 
 
+@SUBCLASS_CORE
 def test_compile_without_fullgraph_runs_eagerly_and_still_checks_devices() -> None:
     """Departure: without fullgraph, Dynamo breaks the graph at the first emulated tensor (the reason is the
     emulator's line) and runs the code eagerly: the numbers are eager's, and a device mismatch still raises."""

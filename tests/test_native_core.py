@@ -1,7 +1,8 @@
-"""The native core (SAMEDEVICE_EMULATOR_CORE=native, csrc/): what it does that the subclass core cannot.
+"""The native core (csrc/, the default): what it does that the subclass core could not, and the subclass core kept
+running where it still serves (SAMEDEVICE_EMULATOR_CORE=subclass, and a host without a C++ compiler).
 
-The core is chosen once per process, so the tests that need it run in a child process (the last test here runs this
-file and tests/test_emulator.py there); in a process on the subclass core they are skipped with that reason.
+The core is chosen once per process: the last test runs the emulator's test files in a child process on the
+subclass core; there the tests of this file that need the native core are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,32 +22,11 @@ from samedevice import emulator
 from samedevice.emulator import native
 
 ROOT = Path(__file__).resolve().parent.parent
-on_native = pytest.mark.skipif(not native.requested(), reason="runs in the child process on the native core "
-                               "(test_the_native_core_runs_these_tests_and_the_emulator_suite)")
+on_native = pytest.mark.skipif(not native.active(), reason="needs the native core (this process runs the subclass "
+                               "core)")
 
-# tests/test_emulator.py's tests that the native core does not pass yet, each with why (issue 18's next slices)
-KNOWN_GAPS = {
-    # the subclass's special gives every mismatched convolution "Input type ..."; PyTorch's composite picks the
-    # backend by the input's device, and for this CPU input (1x1 kernel, batch 1) CPU's slow path, whose codegen
-    # check names slow_conv2d_forward: the native core runs that composite as CUDA does
-    "test_device_rule[conv2d_cpu_input-emulated]",
-    # nested tensors (the transformer fast path) need a NestedTensorPrivateUse1 fallback
-    "test_device_rule[encoder_nested_fast_path_cpu_weights-emulated]",
-    # cuda_paths.py's CUDA-only checks (embedding_bag's index dtype, the resizing kernels' dtypes) are not ported
-    "test_device_rule[embedding_bag_float_indices-emulated]",
-    "test_device_rule[interpolate_uint8_bilinear-emulated]",
-    "test_device_rule[interpolate_uint8_bicubic-emulated]",
-    "test_device_rule[interpolate_uint8_bicubic_antialias-emulated]",
-    # departures of the subclass core that the native core removes (these tests pin the departure)
-    "test_moving_back_to_cpu_replaces_parameters",
-    "test_set_data_across_devices_is_refused",
-    "test_storages_cannot_move_to_the_device",
-    # the no-compiler fallback is the subclass core's: the native core needs its C++ part
-    "test_backward_on_the_guard_less_fallback_is_limited_to_index_0",
-    "test_generators_and_pinned_memory_need_the_cpp_hooks[device_generator]",
-    "test_generators_and_pinned_memory_need_the_cpp_hooks[pin_memory]",
-    "test_autocast_without_the_cpp_part_fails_in_one_line",
-}
+# the emulator's tests that the subclass core fails, each for a reason the native core removed
+SUBCLASS_GAPS: set[str] = set()
 
 
 @on_native
@@ -162,9 +143,9 @@ def test_device_draws_have_their_own_stream() -> None:
     dev = emulator.device()
     torch.manual_seed(1)
     cpu_state = torch.get_rng_state()
-    torch.emulated.manual_seed(0)  # type: ignore[attr-defined]
+    torch.emulated.manual_seed_all(0)  # type: ignore[attr-defined]
     a = torch.rand(4, device=dev)
-    torch.emulated.manual_seed(0)  # type: ignore[attr-defined]
+    torch.emulated.manual_seed_all(0)  # type: ignore[attr-defined]
     b = torch.rand(4, device=dev)
     assert torch.equal(a.cpu(), b.cpu())
     assert torch.equal(torch.get_rng_state(), cpu_state)
@@ -179,21 +160,72 @@ def test_a_cpu_only_op_fails_naming_it() -> None:
         torch.ops.aten._mkldnn_transpose(torch.ones(2, 2, device=emulator.device()), 0, 1)
 
 
-def test_the_native_core_runs_these_tests_and_the_emulator_suite(tmp_path: Path) -> None:
-    """In a process on the native core, the tests above pass, and so does tests/test_emulator.py but for the
-    known gaps listed here, each failing."""
-    if native.requested():
+@on_native
+def test_compile_runs_on_the_device_and_still_checks_devices() -> None:
+    """torch.compile with the eager and aot_eager backends runs a model on the device (as compiled, the same
+    numbers), and a device mismatch still raises under compile."""
+    dev = emulator.device()
+    model = nn.Linear(4, 2).to(dev)
+    x = torch.randn(3, 4, device=dev)
+    for backend in ("eager", "aot_eager"):
+        compiled = torch.compile(model, backend=backend, fullgraph=True)
+        torch.testing.assert_close(compiled(x).cpu(), model(x).cpu())
+        torch._dynamo.reset()
+    add = torch.compile(lambda a, b: a + b, backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, emulated:0 and cpu!"):
+        add(x, torch.ones(4))
+    torch._dynamo.reset()
+
+
+@on_native
+def test_nested_tensors_work_on_the_device() -> None:
+    """A nested tensor built on the device, or moved there, runs the ops CUDA has nested kernels for."""
+    dev = emulator.device()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's prototype warning for nested tensors
+        built = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device=dev)
+        moved = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(dev)
+    for nested in (built, moved):
+        assert nested.is_nested
+        assert nested.device == dev
+        assert nested.relu().to_padded_tensor(0.0).cpu().tolist() == [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+
+
+@on_native
+def test_efficient_zero_tensors_are_cuda_s() -> None:
+    """torch._efficientzerotensor on the device holds no memory, reads as zeros and refuses writes, as CUDA's."""
+    zeros = torch._efficientzerotensor((2, 3), device=emulator.device())
+    assert torch._is_zerotensor(zeros)
+    assert (zeros + 1).cpu().tolist() == [[1.0] * 3] * 2
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        zeros.add_(1)
+
+
+@on_native
+def test_dlpack_refuses_the_device_in_pytorch_s_words() -> None:
+    """Departure: DLPack exchanges no PrivateUse1 tensor (PyTorch's own refusal); a copy on CPU goes through."""
+    a = torch.arange(3.0, device=emulator.device())
+    with pytest.raises(ValueError, match="Unknown device type emulated for Dlpack"):
+        torch.from_dlpack(a)
+    assert torch.from_dlpack(a.cpu()).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_the_subclass_core_still_runs_the_emulator_suite(tmp_path: Path) -> None:
+    """In a process on the subclass core, the emulator's test files pass (the native core's own tests skip)."""
+    if not native.active():
         pytest.skip("this is the child process")
     report = tmp_path / "report.xml"
-    env = dict(os.environ, SAMEDEVICE_EMULATOR_CORE="native", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, SAMEDEVICE_EMULATOR_CORE="subclass", HF_HUB_OFFLINE="1")
+    files = ["test_native_core.py", "test_emulator.py", "test_emulator_coverage.py", "test_emulator_host.py"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--junitxml={report}",
-         str(ROOT / "tests" / "test_native_core.py"), str(ROOT / "tests" / "test_emulator.py")],
+         *(str(ROOT / "tests" / f) for f in files)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     import xml.etree.ElementTree as ET
 
     cases = ET.parse(report).getroot().iter("testcase")
     failed = {c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None}
-    assert failed == KNOWN_GAPS, done.stdout[-3000:]
+    assert failed == SUBCLASS_GAPS, done.stdout[-3000:]
     assert "passed" in done.stdout.splitlines()[-1]

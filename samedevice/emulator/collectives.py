@@ -27,16 +27,16 @@ BACKEND = "eccl"
 def _host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """The CPU tensors the emulated ones live in; any other device is refused as c10d refuses it, and a
     non-contiguous tensor as NCCL refuses it (ProcessGroupNCCL.cpp, check_gpu_single_tensor)."""
-    from samedevice.emulator.tensor import EmulatedTensor
+    from samedevice.emulator.tensor import unwrap
 
     hosts = []
     for t in tensors:
-        if not isinstance(t, EmulatedTensor):
+        if t.device.type != NAME:
             raise RuntimeError(f"No backend type associated with device type {t.device.type}")
         if not any(t.is_contiguous(memory_format=f) for f in (torch.contiguous_format, torch.channels_last,
                                                                torch.channels_last_3d)):
             raise ValueError("Tensors must be contiguous")
-        hosts.append(t.elem)
+        hosts.append(unwrap(t))
     return hosts
 
 

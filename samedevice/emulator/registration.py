@@ -250,9 +250,9 @@ def register() -> None:
         _native_guard = why is None
         if why is not None:
             _fallback_reason = why
-            print(f"samedevice: emulated accelerator without its C++ device guard ({why}); one current "
-                  "device, backward on emulated:0 only, no device generators, no pinned memory, no autocast",
-                  file=sys.stderr)
+            print(f"samedevice: emulated accelerator without its C++ part ({why}); it runs as a Python tensor "
+                  "subclass: one current device, backward on emulated:0 only, no device generators, no pinned "
+                  "memory, no autocast (install g++ or clang++ for the native core)", file=sys.stderr)
         if _native_guard:
             # _setup_privateuseone_for_python_backend without its Python hooks and guard: guard.cpp
             # registered the C++ ones (PyTorch takes the hooks once and refuses a second registration)
@@ -269,12 +269,13 @@ def register() -> None:
             _refuse_autocast(_fallback_reason)
     from samedevice.emulator import native
 
-    if native.requested():
-        if not _native_guard:
-            raise EmulatorUnavailableError(f"the native core ({native.CORE_ENV}=native) needs the C++ part: "
-                                           f"{_fallback_reason}")
+    if native.demanded() and not _native_guard:
+        raise EmulatorUnavailableError(f"the native core ({native.CORE_ENV}=native) needs the C++ part: "
+                                       f"{_fallback_reason}")
+    on_native = native.requested() and _native_guard
+    if on_native:
         native.install(guard._loaded[0])
-    for hook in (_on_register_native if native.requested() else _on_register):
+    for hook in (_on_register_native if on_native else _on_register):
         hook()
     _hide_from_dynamo()
     if _native_guard:

@@ -463,6 +463,8 @@ class NativePlan(NamedTuple):
     allow_cpu_scalar: bool
     random: int  # -1: draws nothing; -2: a seeded op without a generator argument; else that argument's position
     text: str  # the wrapper's name for the common check, the error for a missing op
+    nested: bool  # CUDA has a NestedTensorCUDA kernel for it: a nested tensor on the device may take it
+    nested_text: str  # that kernel's wrapper name, or the error of a nested tensor given to an op without one
 
 
 COMMON, ITERATOR, FOREACH, MISSING, INDEX, INDEX_PUT, WHERE, MASKED_FILL, UNCHECKED = range(9)
@@ -497,7 +499,24 @@ def native_plan(op: str) -> NativePlan:
                 "native_functions.yaml (a CPU-only op fails on CUDA too)")
     else:
         text = _wrapper_name(func, plan)
-    return NativePlan(rule, func._schema.name in _ALLOW_CPU_SCALAR, random, text)
+    if found and found.nested_cuda:
+        # torchgen gives NestedTensorCUDA kernels CUDA's device check, named by their dispatch key
+        nested_text = text.replace(f"wrapper_{NAME.upper()}_", f"wrapper_NestedTensor{NAME.upper()}_")
+    else:
+        nested_text = (f"Could not run '{op}' with arguments from the 'NestedTensor' backend on {NAME}: it has no "
+                       "NestedTensorCUDA kernel in native_functions.yaml")
+    return NativePlan(rule, func._schema.name in _ALLOW_CPU_SCALAR, random, text,
+                      bool(found and found.nested_cuda), nested_text)
+
+
+# the ops whose rule is Python's SPECIAL kernel on the native core too: CUDA-only kernels (cuda_only.py), CUDA's own
+# dtype checks (cuda_paths.py), fused Adam's mixed precision (above); registered on PrivateUse1 (native.py)
+NATIVE_PYTHON = (
+    "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+    "_thnn_fused_gru_cell_backward", "upsample_bilinear2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
+    "upsample_bicubic2d", "_embedding_bag", "_embedding_bag_forward_only", "_fused_adam_", "_fused_adam_.tensor_lr",
+    "_fused_adamw_", "_fused_adamw_.tensor_lr",
+)
 
 
 def native_by_name() -> list[str]:
@@ -505,7 +524,7 @@ def native_by_name() -> list[str]:
     (a structured op's functional and in-place variants), which the dispatcher would otherwise give the device."""
     names = []
     for name, found in table().items():
-        if not found.cuda or name in _NATIVE_OWN:
+        if not found.cuda or name in _NATIVE_OWN or name in NATIVE_PYTHON:
             continue
         qualified = "aten::" + name
         if not torch._C._dispatch_has_kernel(qualified):

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from samedevice.emulator import native
 from samedevice.emulator.memory import Allocation, allocation_of
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, index_of
 from samedevice.emulator.storage import device_storage, dlpack_error, host_tensor
@@ -185,7 +186,12 @@ def set_geometry(wrapper: EmulatedTensor, elem: torch.Tensor) -> None:
     wrapper.elem = elem
 
 
+NATIVE = False  # the native core (native.py) runs this process: device tensors are plain tensors
+
+
 def unwrap(x: Any) -> Any:
+    if NATIVE:
+        return native.host(x)
     return x.elem if isinstance(x, EmulatedTensor) else x
 
 
@@ -256,6 +262,8 @@ def _unwrap_arg(a: Any) -> Any:
 
 
 def run_on_cpu(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
+    if NATIVE:
+        return native.run_on_host(func, args, kwargs, index)
     flat = None if kwargs else _unwrap_flat(args)
     if flat is not None and not _is_mutable(func):
         out = func._op(*flat)  # OpOverload.__call__ without its Python frame
@@ -293,6 +301,8 @@ def _is_mutable(func: Any) -> bool:
 
 
 def wrap_outputs(out: Any, same: dict[int, EmulatedTensor], index: int | None) -> Any:
+    if NATIVE:
+        return native.wrap(out, same, index)  # type: ignore[arg-type]
 
     def wrap(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or isinstance(t, EmulatedTensor) or index is None:

@@ -9,6 +9,7 @@
 #include "core.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/NestedTensorImpl.h>
 #include <ATen/core/op_registration/adaption.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
@@ -43,12 +44,15 @@ struct Plan {
   int rule = kCommon;
   bool allow_cpu_scalar = false;  // an iterator op that takes a CPU scalar even with more than two inputs (lerp)
   int random = kNoRandom;         // kSeeded, or the position of its `Generator?` argument
+  bool nested = false;            // CUDA has a NestedTensorCUDA kernel for it
+  std::string nested_text;        // the NestedTensor kernel's wrapper name, or the error where it has none
   std::string text;               // the codegen wrapper's name (kCommon), or the error (kMissing)
   std::vector<int> written;       // arguments the op writes (in-place self, out=)
   std::vector<int> positional;    // arguments that are not keyword-only (the codegen checks only these)
 };
 
-using PlanFunction = int (*)(const char* op, int* rule, int* allow_cpu_scalar, int* random, char* text, size_t size);
+using PlanFunction = int (*)(const char* op, int* rule, int* allow_cpu_scalar, int* random, int* nested, char* text,
+                            size_t size);
 PlanFunction ask_python = nullptr;
 std::shared_mutex plans_mutex;
 std::unordered_map<const c10::FunctionSchema*, Plan> plans;
@@ -64,12 +68,17 @@ const Plan& plan_of(const c10::OperatorHandle& op) {
   std::string name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   Plan plan;
   char text[1024] = {0};
-  int allow = 0;
+  int allow = 0, nested = 0;
   TORCH_CHECK(ask_python != nullptr, "emulated accelerator: no plan for ", name, " (the rules are not loaded)");
-  TORCH_CHECK(ask_python(name.c_str(), &plan.rule, &allow, &plan.random, text, sizeof text) == 0,
+  TORCH_CHECK(ask_python(name.c_str(), &plan.rule, &allow, &plan.random, &nested, text, sizeof text) == 0,
               "emulated accelerator: the rules failed to plan ", name);
   plan.allow_cpu_scalar = allow != 0;
-  plan.text = text;
+  plan.nested = nested != 0;
+  // the texts: the wrapper's name or a missing op's error, then (after a newline) a nested tensor's error
+  std::string both(text);
+  auto cut = both.find('\n');
+  plan.text = both.substr(0, cut);
+  plan.nested_text = cut == std::string::npos ? "" : both.substr(cut + 1);
   const auto& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     const auto* alias = arguments[i].alias_info();
@@ -254,21 +263,27 @@ struct Aliases {
   };
   std::vector<Pair> pairs;
 
-  at::Tensor host(const at::Tensor& t) {
-    auto* device = t.storage().unsafeGetStorageImpl();
-    c10::Storage* found = nullptr;
+  c10::Storage host_storage(c10::StorageImpl* device) {
     for (auto& p : pairs) {
-      if (p.device == device) found = &p.host;
+      if (p.device == device) return p.host;
     }
-    if (found == nullptr) {
-      c10::Storage host(c10::make_intrusive<c10::StorageImpl>(
-          c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
-          c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)), host_alias_allocator(),
-          device->resizable()));
-      pairs.push_back({device, std::move(host)});
-      found = &pairs.back().host;
+    c10::Storage host(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
+        c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)), host_alias_allocator(), device->resizable()));
+    pairs.push_back({device, host});
+    return host;
+  }
+
+  at::Tensor host(const at::Tensor& t) {
+    auto storage = host_storage(t.storage().unsafeGetStorageImpl());
+    if (t.is_nested()) {
+      // a nested tensor (the transformer fast path's packed batch): the same pieces over the host alias
+      auto* impl = at::native::get_nested_tensor_impl(t);
+      return at::detail::make_tensor<at::native::NestedTensorImpl>(
+          std::move(storage), c10::DispatchKeySet(c10::DispatchKey::NestedTensorCPU), t.dtype(),
+          impl->get_nested_sizes(), impl->get_nested_strides(), impl->get_storage_offsets());
     }
-    auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(*found), c10::DispatchKeySet(c10::DispatchKey::CPU),
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                           t.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     return alias;
@@ -316,20 +331,31 @@ struct Results {
 
   at::Tensor back(const at::Tensor& h) {
     if (!h.defined() || !h.is_cpu()) return h;
-    TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided && !h.is_nested(), "emulated accelerator: ",
-                                h.layout(), " tensors are not supported on ", c10::get_privateuse1_backend(),
+    TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided, "emulated accelerator: ", h.layout(),
+                                " tensors are not supported on ", c10::get_privateuse1_backend(),
                                 " devices (only dense, strided tensors are)");
-    auto* host = h.storage().unsafeGetStorageImpl();
-    if (auto viewed = aliases.device_storage_of(host)) return on_device(*viewed, h);
+    auto storage = device_storage(h.storage().unsafeGetStorageImpl());
+    if (h.is_nested()) {
+      auto* impl = at::native::get_nested_tensor_impl(h);
+      return at::detail::make_tensor<at::native::NestedTensorImpl>(
+          std::move(storage), c10::DispatchKeySet(c10::DispatchKey::NestedTensorPrivateUse1), h.dtype(),
+          impl->get_nested_sizes(), impl->get_nested_strides(), impl->get_storage_offsets());
+    }
+    return on_device(storage, h);
+  }
+
+  // the device storage a host storage is: an argument's, or fresh memory taken over (once per storage)
+  c10::Storage device_storage(c10::StorageImpl* host) {
+    if (auto viewed = aliases.device_storage_of(host)) return *viewed;
     for (auto& [fresh, device] : adopted) {
-      if (fresh == host) return on_device(device, h);
+      if (fresh == host) return device;
     }
     c10::Storage device(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), host->nbytes(),
         adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index),
         device_allocator(), /*resizable=*/true));
     adopted.emplace_back(host, device);
-    return on_device(device, h);
+    return device;
   }
 };
 
@@ -380,18 +406,35 @@ void lend(at::Generator device, at::Generator cpu, F kernel) {
   device.set_state(state);
 }
 
-void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const Plan& plan = plan_of(op);
+  const bool nested = keys.has(c10::DispatchKey::NestedTensor);
+  TORCH_CHECK_NOT_IMPLEMENTED(plan.nested || !nested, plan.nested_text);
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
   const size_t base = stack->size() - n;
-  check(plan, schema, c10::ArrayRef<c10::IValue>(*stack).slice(base, n));
-  const auto index = device_of(c10::ArrayRef<c10::IValue>(*stack).slice(base, n)).value_or(current_device());
+  if (nested) {
+    // a NestedTensorCUDA kernel carries CUDA's whole-op check (torchgen: is_cuda_dispatch_key)
+    Plan as_nested = plan;
+    as_nested.rule = kCommon;
+    as_nested.text = plan.nested_text;
+    check(as_nested, schema, c10::ArrayRef<c10::IValue>(*stack).slice(base, n));
+  } else {
+    check(plan, schema, c10::ArrayRef<c10::IValue>(*stack).slice(base, n));
+  }
+  const auto found = device_of(c10::ArrayRef<c10::IValue>(*stack).slice(base, n));
+  // no tensor on the device: the dispatcher chose it by a generator argument (torch.randperm(4, generator=
+  // device_generator)), where CUDA runs its kernel on host tensors, with results that depend on the op
+  TORCH_CHECK_NOT_IMPLEMENTED(found.has_value(), "Could not run '", schema.operator_name(), "' with arguments from the '",
+                              c10::get_privateuse1_backend(), "' backend: none of its tensors is on the device (the "
+                              "dispatcher chose the device by a generator argument)");
+  const auto index = *found;
   const c10::OptionalDeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
 
   // the arguments the op writes: (the caller's device tensor, its host alias)
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
   Aliases aliases;
+  bool results_here = true;
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[base + i];
     if (v.isTensor()) {
@@ -412,12 +455,19 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
         if (e.isTensor() && is_device(e.toTensor())) list.set(j, aliases.host(e.toTensor()));
       }
       v = list;
-    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      v = c10::Device(c10::kCPU);  // the result goes where `device` says: the op's device (device_of)
+    } else if (v.isDevice()) {
+      // the result goes where `device` says: the op's device (device_of), or a device of another kind (`.cpu()`
+      // of a nested tensor), where the kernel puts it
+      if (v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+        v = c10::Device(c10::kCPU);
+      } else {
+        results_here = false;
+      }
     }
   }
 
-  auto run = [&] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); };
+  const c10::DispatchKeySet cpu(nested ? c10::DispatchKey::NestedTensorCPU : c10::DispatchKey::CPU);
+  auto run = [&] { op.redispatchBoxed(cpu, stack); };
   const auto& mine = default_generators.at(index);
   if (plan.random == kSeeded && mine) {
     lend(*mine, at::detail::getDefaultCPUGenerator(), run);
@@ -445,6 +495,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
   for (auto& [device, alias] : written) {
     // the geometry the kernel gave the alias (resize_ of an out= result, squeeze_, t_) is the caller's tensor's
     auto* impl = device.unsafeGetTensorImpl();
+    if (device.is_nested()) continue;
     if (impl->sizes() != alias.sizes() || impl->strides() != alias.strides() ||
         impl->storage_offset() != alias.storage_offset()) {
       impl->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
@@ -455,7 +506,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     for (auto& [device, alias] : written) {
       if (h.is_same(alias)) return device;  // an in-place or out= op returns its argument: the caller's tensor
     }
-    return results.back(h);
+    return results_here ? results.back(h) : h;
   };
   const size_t returns = schema.returns().size();
   for (size_t r = stack->size() - returns; r < stack->size(); ++r) {
@@ -486,6 +537,7 @@ namespace {
 // kept for the life of the process: a registration lives as long as its Library
 torch::Library* aten_impl = nullptr;
 torch::Library* fallback_impl = nullptr;
+torch::Library* nested_impl = nullptr;
 }  // namespace
 
 // rng.py's generator for each device (torch.ops.samedevice._set_default_generator)
@@ -496,6 +548,20 @@ void set_default_generator(int64_t index, std::optional<at::Generator> generator
 
 TORCH_LIBRARY(samedevice, m) {
   m.def("_set_default_generator(int index, Generator? generator) -> ()", &set_default_generator);
+  // for the kernels that stay in Python (native.py, run_on_host): a device tensor's host alias, and a CPU kernel's
+  // fresh result taken over as a device tensor
+  m.def("_host(Tensor(a) self) -> Tensor(a)");
+  m.def("_device(Tensor self, int index) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(samedevice, PrivateUse1, m) {
+  m.impl("_host", [](const at::Tensor& t) { return samedevice::host_alias(t); });
+}
+
+TORCH_LIBRARY_IMPL(samedevice, CPU, m) {
+  m.impl("_device", [](const at::Tensor& t, int64_t index) {
+    return samedevice::device_result(t, static_cast<c10::DeviceIndex>(index));
+  });
 }
 
 // 1 when the native core is registered; `plan` is Python's rules (rules.py, native_plan), asked once per op.
@@ -507,6 +573,9 @@ extern "C" int samedevice_register_core(samedevice::PlanFunction plan) {
   samedevice::register_kernels(*aten_impl);
   fallback_impl = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   fallback_impl->fallback(torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
+  nested_impl = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::NestedTensorPrivateUse1, __FILE__,
+                                   __LINE__);
+  nested_impl->fallback(torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
   return 1;
 }
 

@@ -32,7 +32,9 @@ void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_me
 // The device an op on `device` lands on: an index-less one is the current device, as CUDA's guard resolves it.
 c10::Device resolved(std::optional<c10::Device> device) {
   auto d = c10::device_or_default(device);
-  return d.has_index() ? d : c10::Device(d.type(), current_device());
+  d = d.has_index() ? d : c10::Device(d.type(), current_device());
+  check_present(d.index());  // before the guard, which would refuse the index in its own words
+  return d;
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
