@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -179,6 +180,17 @@ def test_compile_runs_on_the_device_and_still_checks_devices() -> None:
 
 
 @on_native
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PyTorch's own, while it imports inductor
+def test_inductor_is_refused_in_one_line() -> None:
+    """torch.compile's default backend (inductor) cannot generate code for the device: it says so in one line."""
+    dev = emulator.device()
+    compiled = torch.compile(nn.Linear(4, 2).to(dev))
+    with pytest.raises(Exception, match=re.escape(native.INDUCTOR_REFUSAL)):
+        compiled(torch.randn(3, 4, device=dev))
+    torch._dynamo.reset()
+
+
+@on_native
 def test_nested_tensors_work_on_the_device() -> None:
     """A nested tensor built on the device, or moved there, runs the ops CUDA has nested kernels for."""
     dev = emulator.device()
@@ -211,6 +223,7 @@ def test_dlpack_refuses_the_device_in_pytorch_s_words() -> None:
     assert torch.from_dlpack(a.cpu()).tolist() == [0.0, 1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_the_subclass_core_still_runs_the_emulator_suite(tmp_path: Path) -> None:
     """In a process on the subclass core, the emulator's test files pass (the native core's own tests skip)."""
     if not native.active():

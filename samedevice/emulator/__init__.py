@@ -10,57 +10,43 @@ Every runner, a laptop and CPU-only CI included, reproduces the real device erro
 How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
 1. registration.py: PrivateUse1 renamed "emulated", its C++ device guard and hooks (guard.cpp,
    guard.py), the device module `torch.emulated`, the current device, and the absent host;
-2. memory.py: accounting like torch.cuda's, with a capacity past which allocation raises OutOfMemoryError;
-3. tensor.py: a wrapper subclass whose data is a CPU tensor (`elem`) and whose device is emulated:N;
-   nested.py: the nested tensors of the transformer fast path, wrapping CPU nested tensors;
-   storage.py: storages and addresses, one device storage over each CPU storage's memory;
+2. native.py and csrc/: the native core, a PrivateUse1 backend in C++ after PyTorch's openreg:
+   allocator.cpp (host memory counted per device, OutOfMemoryError past a capacity; memory.py reads it),
+   kernels.cpp (allocation, views, copies across devices, convolution's overrideable kernels),
+   fallback.cpp (every other op: CPU's kernel on host aliases of the device memory, after the check the
+   plan names);
+3. tensor.py, nested.py, storage.py, transfers.py, serialization.py: the subclass core, the first design
+   (a wrapper subclass whose data is a CPU tensor), which runs where the C++ part cannot be built;
 4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
-   per op from CUDA's kernel table in native_functions.yaml (kernels.py); cuda_only.py: the kernels
-   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where the
-   emulator's tensors would take another path than CUDA's (ctc_loss's lengths, embedding_bag's check,
-   the resizing kernels' dtypes);
-5. transfers.py: ops that move data between devices (`_to_copy`, `copy_`, `set_`);
-6. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
-7. serialization.py: torch.save records "emulated:N", torch.load restores it, map_location remaps it;
-8. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
+   per op from CUDA's kernel table in native_functions.yaml (kernels.py): the plan the native core's
+   fallback asks for (`native_plan`), and the subclass core's dispatch; cuda_only.py: the kernels
+   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where CUDA's
+   kernels check dtypes CPU's do not (embedding_bag's indices, the resizing kernels);
+5. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
+6. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
    CUDA's autocast policy, registered for the device from ATen's own op lists;
-9. collectives.py: "eccl", the device's process-group backend (as NCCL is CUDA's), gloo underneath.
-Numerics are CPU's: every op runs the CPU kernel on `elem`.
+7. collectives.py: "eccl", the device's process-group backend (as NCCL is CUDA's), gloo underneath.
+Numerics are CPU's: every op runs a CPU kernel on the device's memory.
 
-Known departures from CUDA (each pinned by a test in tests/test_emulator*.py, listed in the README):
+Known departures from CUDA (each pinned by a test in tests/test_emulator*.py or tests/test_native_core.py,
+listed in the README):
 - register (`device()`) before the process's first backward: PyTorch sizes its autograd device
   queues then (registered later, it warns in one line);
-- without a C++ compiler the emulator falls back to PyTorch's Python device guard and hooks (it says
-  so in one line): one current device, backward on emulated:0 only, no device generators, no pinned
-  memory, no autocast (refused in one line);
-- torch.compile does not compile device code: fullgraph=True raises one line naming the emulator;
-  otherwise Dynamo breaks the graph at the first emulated tensor and runs the code eagerly;
 - "eccl" (collectives.py) is a whole process group: "cpu:gloo,emulated:eccl" still refuses CPU tensors;
-- a device error inside the TorchScript interpreter loses its message (PyTorch reads an unfetched
-  Python error);
-- moving a module from the emulated device back to CPU, or `to_empty` from CPU onto it, gives it new
-  Parameters (CUDA keeps them);
-- `param.data = t.to(emulated)` is refused, and so is moving a module whose weights an autograd graph
-  or a live view still holds;
+- torch.compile runs on the device with the eager and aot_eager backends; inductor refuses in one line;
 - once registered, `torch.accelerator` reports the emulator even on a CUDA host (pin_memory pins for it);
 - random numbers on the device are CPU's numbers (each device's default generator is a CPU generator),
   in a stream of each device's own as on CUDA (rng.py); a device generator given to a CPU draw fails
   naming the op;
-- storages cannot be allocated on the device (`UntypedStorage(n, device=...)`, `storage.to(emulated)`,
-  a map_location callable that moves storages): a clear error; a device tensor's own storage works
-  (`untyped_storage()`, `data_ptr()`, `set_`, `.cpu()`, `torch.save`), and map_location strings,
-  devices and dicts work;
-- PyTorch's C++ alias check (`torch._C._is_alias_of`) sees a view and its base as unrelated;
-- nested tensors work as the transformer fast path makes them (`torch._nested_tensor_from_mask`);
-  one built by `torch.nested.nested_tensor(..., device=emulated)` or moved there from CPU is PyTorch's
-  own nested tensor over an emulated buffer, and its first op fails naming the op;
-- `torch._efficientzerotensor` on the device gives ordinary zeros (memory, writes allowed);
-- DLPack (`torch.from_dlpack`, `__dlpack__`) refuses device tensors, naming the limit: PyTorch
-  exchanges a PrivateUse1 device only under the name "privateuse1"; a capsule made past them
-  (`torch.utils.dlpack.to_dlpack`) has no memory, and a tensor made from it fails at its first op;
+- a type name PyTorch renders for a device tensor reads "emulatedFloatType" (CUDA's: torch.cuda.FloatTensor);
+- DLPack: torch.from_dlpack refuses a device tensor with PyTorch's "Unknown device type emulated";
 - numerics and dtype coverage are CPU's: integer division by zero raises (CUDA returns a bit pattern),
   ComplexHalf pow fails (CUDA has it); only the resizing kernels refuse uint8 as CUDA's do;
 - sparse tensors are refused.
+The subclass core departs further (the README lists how): one current device and no generators, pinned
+memory or autocast without the C++ part; compile refused or run eagerly; Parameter identity back to CPU;
+moving weights a graph or view holds; storages on the device; `_is_alias_of`; nested tensors beyond the
+fast path; efficient zero tensors; TorchScript's inner message.
 """
 
 from __future__ import annotations

@@ -112,6 +112,76 @@ def install(lib: ctypes.CDLL) -> None:
     from samedevice.emulator import tensor
 
     tensor.NATIVE = True
+    _refuse_inductor()
+
+
+INDUCTOR_REFUSAL = (
+    "emulated accelerator: torch.compile's inductor backend cannot generate code for emulated devices; "
+    "compile with backend='eager' or 'aot_eager' (they run the model on the device), or compile on cpu"
+)
+
+
+class _Refusing(type):
+    def __getattr__(cls, name: str) -> Any:  # inductor asks the scheduling class itself (supports_caching & co.)
+        if name.startswith("__"):
+            raise AttributeError(name)  # introspection (hasattr(cls, "__code__")) is not inductor
+        raise RuntimeError(INDUCTOR_REFUSAL)
+
+
+class _InductorRefusal(metaclass=_Refusing):
+    """What inductor finds as the emulated device's op overrides, scheduling and wrapper code generator: the first
+    use refuses in one line (else inductor fails with "KeyError: 'emulated'" or "Device emulated not supported")."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(INDUCTOR_REFUSAL)
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(INDUCTOR_REFUSAL)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(INDUCTOR_REFUSAL)
+
+
+def _refuse_inductor() -> None:
+    """Register the refusal with inductor's device tables (torch/_inductor/codegen/common.py:
+    register_device_op_overrides, register_backend_for_device) once that module is imported: importing it here
+    would cost every process about two seconds, so a finder on sys.meta_path waits for inductor's own import."""
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    target = "torch._inductor.codegen.common"
+
+    def register(module: Any) -> None:
+        name = torch._C._get_privateuse1_backend_name()
+        module.register_device_op_overrides(name, _InductorRefusal.__new__(_InductorRefusal))
+        module.register_backend_for_device(name, _InductorRefusal, _InductorRefusal)
+
+    if target in sys.modules:
+        register(sys.modules[target])
+        return
+
+    class AfterImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any, target_module: Any = None) -> Any:
+            if name != target:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            load = spec.loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                load(module)
+                register(module)
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, AfterImport())
 
 
 def _special(func: Any) -> Any:

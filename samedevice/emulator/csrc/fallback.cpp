@@ -254,37 +254,44 @@ void check(const Plan& plan, const c10::FunctionSchema& schema, c10::ArrayRef<c1
   }
 }
 
+// A nested tensor (the transformer fast path's packed batch) with `like`'s pieces over `storage`.
+at::Tensor nested_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto* impl = at::native::get_nested_tensor_impl(like);
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                               like.dtype(), impl->get_nested_sizes(),
+                                                               impl->get_nested_strides(), impl->get_storage_offsets());
+}
+
 // The host aliases of one call: one host storage per device storage, so that CPU's overlap checks see what CUDA's
 // would, and each result maps back to the device storage it views.
 struct Aliases {
   struct Pair {
-    c10::StorageImpl* device;
+    // held, not borrowed: an argument's only reference may be the stack slot its alias replaces (PyTorch's math-bit
+    // fallback hands an op a resolved clone that nothing else holds)
+    c10::Storage device;
     c10::Storage host;
   };
   std::vector<Pair> pairs;
 
   c10::Storage host_storage(c10::StorageImpl* device) {
     for (auto& p : pairs) {
-      if (p.device == device) return p.host;
+      if (p.device.unsafeGetStorageImpl() == device) return p.host;
     }
     c10::Storage host(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
         c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)), host_alias_allocator(), device->resizable()));
-    pairs.push_back({device, host});
+    pairs.push_back({c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device)), host});
     return host;
   }
 
   at::Tensor host(const at::Tensor& t) {
     auto storage = host_storage(t.storage().unsafeGetStorageImpl());
-    if (t.is_nested()) {
-      // a nested tensor (the transformer fast path's packed batch): the same pieces over the host alias
-      auto* impl = at::native::get_nested_tensor_impl(t);
-      return at::detail::make_tensor<at::native::NestedTensorImpl>(
-          std::move(storage), c10::DispatchKeySet(c10::DispatchKey::NestedTensorCPU), t.dtype(),
-          impl->get_nested_sizes(), impl->get_nested_strides(), impl->get_storage_offsets());
-    }
-    auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                          t.dtype());
+    if (t.is_nested()) return nested_over(std::move(storage), c10::DispatchKey::NestedTensorCPU, t);
+    // the conjugate and negative bits stay: a kernel that reads them (mm, dot, copy_: PyTorch's ConjugateFallback.cpp
+    // lets those through with the bit set) computes with them
+    constexpr c10::DispatchKeySet kept({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU) | (t.key_set() & kept), t.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     return alias;
   }
@@ -294,12 +301,13 @@ struct Aliases {
   void take_back_resized(c10::DeviceIndex index) {
     for (auto& p : pairs) {
       auto* host = p.host.unsafeGetStorageImpl();
-      if (host->data() == p.device->data()) continue;
+      auto* device = p.device.unsafeGetStorageImpl();
+      if (host->data() == device->data()) continue;
       c10::DataPtr data = std::move(host->mutable_data_ptr());
       data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, index));
-      p.device->set_data_ptr_noswap(std::move(data));
-      p.device->set_nbytes(host->nbytes());
-      host->set_data_ptr_noswap(c10::DataPtr(p.device->mutable_data(), c10::Device(c10::kCPU)));
+      device->set_data_ptr_noswap(std::move(data));
+      device->set_nbytes(host->nbytes());
+      host->set_data_ptr_noswap(c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)));
     }
   }
 
@@ -307,7 +315,7 @@ struct Aliases {
   std::optional<c10::Storage> device_storage_of(const c10::StorageImpl* host) const {
     for (const auto& p : pairs) {
       if (p.host.unsafeGetStorageImpl() == host) {
-        return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(p.device));
+        return p.device;
       }
     }
     return std::nullopt;
@@ -335,12 +343,7 @@ struct Results {
                                 " tensors are not supported on ", c10::get_privateuse1_backend(),
                                 " devices (only dense, strided tensors are)");
     auto storage = device_storage(h.storage().unsafeGetStorageImpl());
-    if (h.is_nested()) {
-      auto* impl = at::native::get_nested_tensor_impl(h);
-      return at::detail::make_tensor<at::native::NestedTensorImpl>(
-          std::move(storage), c10::DispatchKeySet(c10::DispatchKey::NestedTensorPrivateUse1), h.dtype(),
-          impl->get_nested_sizes(), impl->get_nested_strides(), impl->get_storage_offsets());
-    }
+    if (h.is_nested()) return nested_over(std::move(storage), c10::DispatchKey::NestedTensorPrivateUse1, h);
     return on_device(storage, h);
   }
 
@@ -573,6 +576,14 @@ extern "C" int samedevice_register_core(samedevice::PlanFunction plan) {
   samedevice::register_kernels(*aten_impl);
   fallback_impl = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   fallback_impl->fallback(torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
+  // a copy from or into a conjugate or negative view: PyTorch's copy_ sends a PrivateUse1 copy to _copy_from, whose
+  // math-bit fallback would clone the view, which copies through _copy_from again, without end; the copy reads the
+  // bits itself (CPU's copy_ on the host aliases, which keep them), as CUDA's copy kernel does
+  for (auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+    lib->impl("_copy_from", torch::CppFunction::makeFallthrough());
+    lib->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  }
   nested_impl = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::NestedTensorPrivateUse1, __FILE__,
                                    __LINE__);
   nested_impl->fallback(torch::CppFunction::makeFromBoxedFunction<&samedevice::fallback>());
