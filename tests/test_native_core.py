@@ -155,6 +155,21 @@ def test_device_draws_have_their_own_stream() -> None:
 
 
 @on_native
+def test_conjugate_and_negative_views_read_as_on_cpu() -> None:
+    """Ops on conjugate and negative views compute with the bit as CPU's do: a copy, a clone, a matmul that reads
+    the bit itself, and an op PyTorch's math-bit fallback resolves first (hfft, on a clone only the call holds)."""
+    dev = emulator.device()
+    x = torch.randn(5, dtype=torch.complex64)
+    m = torch.randn(3, 3, dtype=torch.complex64)
+    xd, md = x.to(dev), m.to(dev)
+    assert torch.equal(xd.conj().cpu(), x.conj().resolve_conj())
+    assert torch.equal(xd.conj().clone().cpu(), x.conj().clone().resolve_conj())
+    assert torch.equal(xd._neg_view().clone().cpu(), x._neg_view().clone().resolve_neg())
+    torch.testing.assert_close((md.conj() @ md).cpu(), m.conj() @ m)
+    assert torch.equal(torch.fft.hfft(xd).cpu(), torch.fft.hfft(x))
+
+
+@on_native
 def test_a_cpu_only_op_fails_naming_it() -> None:
     """An op with no CUDA kernel fails on the device naming the op, as the dispatcher fails for CUDA."""
     with pytest.raises(NotImplementedError, match="Could not run 'aten::_mkldnn_transpose'"):
