@@ -29,6 +29,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the emulator's built C++ part, for the inner sessions too (pytester gives them a HOME of their own): one
+    # build per run, not one per inner session
+    from samedevice.emulator.guard import cache_dir
+
+    os.environ.setdefault("SAMEDEVICE_CACHE", str(cache_dir().parent))
     # before any test runs a backward pass (see samedevice/emulator.py), whatever --devices says
     if emulator.unavailable_reason() is None:
         emulator.device()

@@ -9,10 +9,9 @@
   implementation it supports (for-loop, foreach, fused), three steps on CPU and on the device from the same
   parameters and gradients; the same parameters are a pass, a configuration CPU refuses (capturable) and the
   device runs is counted apart.
-Each core runs in its own processes (SAMEDEVICE_EMULATOR_CORE), the ops in chunks, so a crash is counted, not
-fatal. Reported per core: the counts, and the names that pass on one core and not the other. Nothing here is
-timed. --quick runs the first 40 ops and two optimizers on the native core only. Results go to
-benchmarks/out/fidelity.json unless --save writes benchmarks/results/fidelity.json.
+The ops run in chunks, each in a process of its own, so a crash is counted, not fatal. Reported: the counts, and
+every check that does not pass with its reason. Nothing here is timed. --quick runs the first 40 ops and two
+optimizers. Results go to benchmarks/out/fidelity.json unless --save writes benchmarks/results/fidelity.json.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import collections
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -133,14 +131,13 @@ def child(kind: str, a: int, b: int) -> None:
     print(json.dumps(found))
 
 
-def measure(core: str, n_ops: int, n_optimizers: int | None) -> dict[str, str]:
-    env = dict(os.environ, SAMEDEVICE_EMULATOR_CORE=core)
+def measure(n_ops: int, n_optimizers: int | None) -> dict[str, str]:
     found: dict[str, str] = {}
     jobs = [("ops", a, min(a + CHUNK, n_ops)) for a in range(0, n_ops, CHUNK)]
     jobs.append(("optimizers", 0, -1 if n_optimizers is None else n_optimizers))
     for kind, a, b in jobs:
-        done = subprocess.run([sys.executable, __file__, "--child", kind, str(a), str(b)], env=env,
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run([sys.executable, __file__, "--child", kind, str(a), str(b)], capture_output=True,
+                              text=True, timeout=1800)
         if done.returncode != 0:  # a crash: the chunk counts as crashed, named by its range
             found[f"{kind}[{a}:{b}]"] = f"crash: exit {done.returncode}: {done.stderr.strip()[-200:]}"
         else:
@@ -155,21 +152,14 @@ def main() -> None:
     args = arguments(__doc__)
     from torch.testing._internal.common_methods_invocations import op_db
 
-    cores = ["native"] if args.quick else ["subclass", "native"]
     n_ops, n_optimizers = (40, 2) if args.quick else (len(op_db), None)
-    results = {core: measure(core, n_ops, n_optimizers) for core in cores}
-    summary: dict[str, Any] = {}
-    for core, found in results.items():
-        counts = collections.Counter(v.split(":")[0] for v in found.values())
-        summary[core] = {"counts": dict(counts), "not_passing": {k: v for k, v in found.items()
-                                                                 if v not in ("pass", "cpu refuses, device runs")}}
-        print(f"{core}: {len(found)} checks, " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
-    if len(cores) == 2:
-        before, after = results["subclass"], results["native"]
-        summary["passed_before_not_after"] = sorted(k for k in before if before[k] == "pass" and after.get(k) != "pass")
-        summary["pass_now_only"] = sorted(k for k in after if after[k] == "pass" and before.get(k) != "pass")
-        print(f"passing on the subclass core and not on the native one: {summary['passed_before_not_after']}")
-        print(f"passing on the native core only: {summary['pass_now_only']}")
+    found = measure(n_ops, n_optimizers)
+    counts = collections.Counter(v.split(":")[0] for v in found.values())
+    summary = {"counts": dict(counts),
+               "not_passing": {k: v for k, v in found.items() if v not in ("pass", "cpu refuses, device runs")}}
+    print(f"{len(found)} checks: " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+    for key, why in summary["not_passing"].items():
+        print(f"  {key}: {why[:150]}")
     write("fidelity", summary, args.save)
 
 

@@ -22,13 +22,11 @@ TESTED = ("2.13",)  # the minor versions the test suite ran on; pyproject.toml d
 
 # (module, attribute) pairs the emulator reaches into, and why
 PRIVATE_APIS = (
-    ("torch.utils.backend_registration", "_setup_privateuseone_for_python_backend"),  # the backend itself
-    ("torch.optim.optimizer", "_foreach_supported_types"),  # CUDA's foreach default for optimizers
-    ("torch.utils._foreach_utils", "_foreach_supported_types"),
     ("torch._C", "_get_privateuse1_backend_name"),  # is PrivateUse1 free?
-    ("torch.serialization", "_validate_device"),  # PyTorch's own check before deserializing onto a device
-    ("torch._C", "_dispatch_has_kernel_for_dispatch_key"),  # which composite kernel an op has
-    ("torch._C", "_construct_storage_from_data_pointer"),  # a device storage over host memory (storage.py)
+    ("torch._C", "_dispatch_has_kernel_for_dispatch_key"),  # which composite kernel an op has (rules.py)
+    ("torch._C", "_dispatch_has_kernel"),  # whether an op exists in this build (rules.py)
+    ("torch._C", "_GLIBCXX_USE_CXX11_ABI"),  # how PyTorch's C++ was built: the emulator's must match (guard.py)
+    ("torch._C._dynamo.eval_frame", "set_code_exec_strategy"),  # Dynamo skips the emulator's own Python
 )
 NATIVE_FUNCTIONS = Path("packaged", "ATen", "native", "native_functions.yaml")  # inside torchgen
 

@@ -160,9 +160,9 @@ class EmulatedGloo(torch.distributed.ProcessGroup):  # the stubs type only the C
         if isinstance(tensors, (list, tuple)):
             return [EmulatedGloo._cpu(t) for t in tensors]
         # a CPU tensor over the emulated tensor's memory
-        from samedevice.emulator.tensor import unwrap
+        from samedevice.emulator import native
 
-        return unwrap(tensors)
+        return native.host(tensors)
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
         return self.gloo.allreduce(self._cpu(tensors), opts or c10d.AllreduceOptions())

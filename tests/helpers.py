@@ -10,23 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _on_native_core() -> bool:
-    from samedevice.emulator import native
-
-    return native.active()
-
-
-# A departure of the subclass core (SAMEDEVICE_EMULATOR_CORE=subclass, and the compiler-less fallback) that the
-# native core does not have: pinned there, run by tests/test_native_core.py in a child process on that core.
-SUBCLASS_CORE = pytest.mark.skipif(_on_native_core(), reason="pins a departure of the subclass core, which the "
-                                   "native core does not have (test_native_core.py runs it on the subclass core)")
 
 
 def assert_same_params(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], *, exact: bool) -> None:

@@ -76,8 +76,8 @@ def test_missing_private_api_is_named(fresh_check: None, monkeypatch: pytest.Mon
 
 
 MISSING = """
-import torch.utils.backend_registration as registration
-del registration._setup_privateuseone_for_python_backend
+import torch._C._dynamo.eval_frame as eval_frame
+del eval_frame.set_code_exec_strategy
 from samedevice.cli import main
 raise SystemExit(main(["tour", "--device", "emulated"]))
 """
@@ -89,6 +89,6 @@ def test_cli_names_a_missing_private_api_in_one_line() -> None:
                          timeout=120)
     assert run.returncode == 2, run.stderr
     assert run.stderr.splitlines() == [
-        "error: the emulated accelerator needs torch.utils.backend_registration._setup_privateuseone_for_python_backend"
+        "error: the emulated accelerator needs torch._C._dynamo.eval_frame.set_code_exec_strategy"
         f", which torch {torch.__version__} does not have (tested with torch 2.13)"
     ]

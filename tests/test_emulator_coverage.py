@@ -15,8 +15,7 @@ from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
 from samedevice import emulator
-from samedevice.emulator import native
-from tests.helpers import SUBCLASS_CORE, dispatched_ops
+from tests.helpers import dispatched_ops
 
 pytestmark = pytest.mark.emulator
 
@@ -113,21 +112,6 @@ def test_nested_op_without_a_cuda_kernel_fails_naming_it() -> None:
         _nested(emulator.device()).exp()
 
 
-@SUBCLASS_CORE
-def test_nested_tensors_come_from_the_fast_path_only() -> None:
-    """Departure: nested tensors work on the device as the fast path makes them (from a dense batch and
-    a mask); one built from a list on the device, or moved there from CPU, is PyTorch's own nested
-    tensor over an emulated buffer, and its first op fails naming the op and the backend."""
-    dev = emulator.device()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        built = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device=dev)
-        with pytest.raises(NotImplementedError, match=r"'aten::to_padded_tensor' .* 'NestedTensoremulated' backend"):
-            built.to_padded_tensor(0.0)
-        with pytest.raises(NotImplementedError, match=r"'aten::_to_copy' .* 'NestedTensoremulated' backend"):
-            torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(dev)
-
-
 # ---- storages and addresses --------------------------------------------------------------------
 
 
@@ -221,9 +205,6 @@ def test_set_shares_a_device_storage() -> None:
     assert a.cpu().tolist() == [0.0, 1.0, 20.0, 30.0, 40.0, 5.0]
     whole = torch.empty(0, device=dev).set_(a.untyped_storage())
     assert whole.cpu().tolist() == a.cpu().tolist()
-    if not native.active():  # the subclass core's wrapper has a storage of its own, without memory
-        with pytest.raises(RuntimeError, match="storage has no memory behind it"):
-            torch.empty(0, device=dev).set_(torch.Tensor.untyped_storage(a))
 
 
 def test_device_storages_copy_index_and_save() -> None:
@@ -255,24 +236,8 @@ def test_a_storage_taken_before_a_resize_reads_safely() -> None:
     a.resize_(1000)
     assert a.untyped_storage().nbytes() == 4000
     assert a.untyped_storage().data_ptr() == a.data_ptr()
-    if native.active():  # one storage, grown in place, as CUDA's
-        assert before.nbytes() == 4000
-        assert before.data_ptr() == a.data_ptr()
-    else:
-        with pytest.raises(RuntimeError, match="must match"):
-            before.cpu()
-
-
-@SUBCLASS_CORE
-def test_cpp_alias_checks_see_separate_storages() -> None:
-    """Departure: PyTorch's C++ alias check (torch._C._is_alias_of) reads the wrapper's own storage, so
-    it sees a view and its base as unrelated; `untyped_storage()`, `data_ptr()` and `is_set_to` see the
-    sharing, as on CUDA."""
-    a = torch.arange(4.0, device=emulator.device())
-    assert not torch._C._is_alias_of(a, a[1:])
-    cpu = torch.arange(4.0)
-    assert torch._C._is_alias_of(cpu, cpu[1:])
-    assert a[1:].untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    assert before.nbytes() == 4000  # one storage, grown in place, as CUDA's
+    assert before.data_ptr() == a.data_ptr()
 
 
 # ---- smaller ones: gradcheck's zero tensors, ctc_loss's gradients, DLPack ---------------------------
@@ -286,17 +251,6 @@ def test_gradcheck_with_forward_ad_runs_on_the_device(accelerator: torch.device)
     y = torch.randn(3, dtype=torch.float64, device=accelerator, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: (a.sin() * b, a.sum()), (x, y), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(torch.sin, (x,))
-
-
-@SUBCLASS_CORE
-def test_efficient_zero_tensors_are_plain_zeros_on_the_device() -> None:
-    """Departure: torch._efficientzerotensor on the device gives ordinary zeros, which take memory and
-    accept writes (CUDA's hold no memory and refuse writes: "ZeroTensors are immutable")."""
-    zeros = torch._efficientzerotensor((2, 3), device=emulator.device())
-    assert not zeros._is_zerotensor()
-    assert zeros.add_(1).cpu().tolist() == [[1.0] * 3] * 2
-    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
-        torch._efficientzerotensor((2, 3)).add_(1)
 
 
 def test_ctc_loss_gradients_match_cpu_with_cpu_lengths(accelerator: torch.device) -> None:
@@ -350,17 +304,3 @@ def test_kernels_and_their_dtypes_are_cpus() -> None:
         torch.pow(torch.full((2,), 2.0, dtype=torch.half, device=dev), 1j)
 
 
-@SUBCLASS_CORE
-def test_dlpack_is_refused_naming_the_limit() -> None:
-    """Departure: DLPack cannot carry an emulated tensor (PyTorch exchanges a PrivateUse1 device only
-    under the name 'privateuse1'); both entry points say so and point to .cpu(). A capsule made by
-    PyTorch's own exporter, bypassing the emulator, gives a tensor that refuses to be read, never a crash."""
-    a = torch.arange(3.0, device=emulator.device())
-    with pytest.raises(ValueError, match=r"Unknown device type emulated for Dlpack: .* copy it with \.cpu\(\) first"):
-        torch.from_dlpack(a)
-    with pytest.raises(BufferError, match="cannot be shared through DLPack"):
-        a.__dlpack__()
-    assert torch.from_dlpack(a.cpu()).tolist() == [0.0, 1.0, 2.0]
-    bypass = torch.utils.dlpack.from_dlpack(torch.Tensor.__dlpack__(a))
-    with pytest.raises(RuntimeError, match=r"made outside the emulator .* no memory behind it"):
-        bypass.cpu()

@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from samedevice import emulator
-from samedevice.emulator import native
-from tests.helpers import SUBCLASS_CORE, run_python
+from tests.helpers import run_python
 
 NATIVE = Path(__file__).parent / "native"
 
@@ -268,27 +267,20 @@ def _meta_linear() -> torch.nn.Module:
 
 
 @parametrize_cases(
-    Case("to", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d), keeps=True, emulated_keeps=True),
-    Case("backend_method", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: getattr(m, d.type)(), keeps=True,
-         emulated_keeps=True),
-    Case("half_on_device", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).half(), keeps=True,
-         emulated_keeps=True),
-    Case("to_empty_from_meta", make=_meta_linear, move=lambda m, d: m.to_empty(device=d), keeps=False,
-         emulated_keeps=False),
-    # departures, pinned: CUDA keeps the Parameter (.data =), the emulator cannot (no shared TensorImpl type)
-    Case("back_to_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).to("cpu"), keeps=True,
-         emulated_keeps=False),
-    Case("to_empty_from_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to_empty(device=d), keeps=True,
-         emulated_keeps=False),
+    Case("to", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d), keeps=True),
+    Case("backend_method", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: getattr(m, d.type)(), keeps=True),
+    Case("half_on_device", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).half(), keeps=True),
+    Case("to_empty_from_meta", make=_meta_linear, move=lambda m, d: m.to_empty(device=d), keeps=False),
+    Case("back_to_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to(d).to("cpu"), keeps=True),
+    Case("to_empty_from_cpu", make=lambda: torch.nn.Linear(2, 2), move=lambda m, d: m.to_empty(device=d), keeps=True),
 )
-def test_parameter_identity(make, move, keeps: bool, emulated_keeps: bool, accelerator: torch.device) -> None:
-    """Each way of moving a module keeps or replaces its Parameters as CUDA does (departures pinned)."""
+def test_parameter_identity(make, move, keeps: bool, accelerator: torch.device) -> None:
+    """Each way of moving a module keeps or replaces its Parameters as CUDA does."""
     model = make()
     weight = model.weight
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     move(model, accelerator)
-    # the subclass core departs where pinned; the native core keeps Parameters as CUDA does
-    expected = emulated_keeps if accelerator.type == emulator.NAME and not native.active() else keeps
+    expected = keeps
     assert (model.weight is weight) is expected
     assert isinstance(model.weight, torch.nn.Parameter)
     # a replaced Parameter is one the optimizer built before never sees: it trains nothing
@@ -460,14 +452,3 @@ def test_recurrent_layers_match_cpu(cls: type[torch.nn.Module], shape: tuple[int
         torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, msg=name)
 
 
-@SUBCLASS_CORE
-def test_a_live_view_blocks_module_to() -> None:
-    """Departure: moving a module while a view of its weight is alive fails (swap_tensors refuses);
-    CUDA replaces `param.data` and the view keeps the old CPU storage."""
-    model = torch.nn.Linear(2, 2)
-    view = model.weight[:]
-    with pytest.raises(RuntimeError, match=r"Couldn't swap Linear\.weight"):
-        model.to(emulator.device())
-    del view
-    model.to(emulator.device())
-    assert model.weight.device == emulator.device()

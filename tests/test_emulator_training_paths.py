@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from samedevice import emulator
-from samedevice.emulator.tensor import COMPILE_REFUSAL
-from tests.helpers import ROOT, SUBCLASS_CORE, dispatched_ops
+from tests.helpers import ROOT, dispatched_ops
 
 pytestmark = pytest.mark.skipif(emulator.unavailable_reason() is not None,
                                 reason=str(emulator.unavailable_reason()))
@@ -347,34 +346,6 @@ def test_data_parallel_of_a_cpu_module_fails_as_on_a_gpu_host() -> None:
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("make", [lambda: _f32(2, 4), lambda: torch.ones(2, 4, device=_dev())],
-                         ids=["moved_there", "made_there"])
-@SUBCLASS_CORE
-def test_compile_with_fullgraph_is_refused_naming_the_emulator(make: object) -> None:
-    """Departure: torch.compile cannot trace emulated tensors on the subclass core. With fullgraph=True it raises
-    the emulator's one line where Dynamo first looks at an emulated tensor, on every backend (it used to say
-    "Cannot access data pointer ... report a bug to PyTorch" or "'property' object is not callable")."""
-    from torch._dynamo.exc import UserError
-
-    model = torch.nn.Linear(4, 4).to(_dev())
-    for backend in ("eager", "aot_eager", "inductor"):
-        torch._dynamo.reset()
-        with pytest.raises(UserError, match=r"^emulated accelerator: torch\.compile cannot trace") as caught:
-            torch.compile(model, backend=backend, fullgraph=True)(make())  # type: ignore[operator]
-        assert str(caught.value).startswith(COMPILE_REFUSAL)
-
-
-@SUBCLASS_CORE
-def test_compile_without_fullgraph_runs_eagerly_and_still_checks_devices() -> None:
-    """Departure: without fullgraph, Dynamo breaks the graph at the first emulated tensor (the reason is the
-    emulator's line) and runs the code eagerly: the numbers are eager's, and a device mismatch still raises."""
-    torch._dynamo.reset()
-    model = torch.nn.Linear(4, 4).to(_dev())
-    x = _f32(2, 4)
-    assert torch.equal(torch.compile(model, backend="eager")(x), model(x))
-    with pytest.raises(RuntimeError, match=r"^Expected all tensors to be on the same device"):
-        torch.compile(model, backend="eager")(torch.ones(2, 4))
 
 
 # ---- registering late ------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import pytest
 
 import samedevice
 from samedevice import devices, registry
-from samedevice.emulator import native
 
 # how an inner session gets the plugin; an installed package gets it from its pytest11 entry point
 # (tests/test_installed.py proves that one), which has this same name
@@ -108,15 +107,14 @@ def test_mismatch_failure_gets_the_diagnosis(pytester: pytest.Pytester) -> None:
 @pytest.mark.emulator
 def test_failure_traceback_ends_at_pytorch_not_in_the_emulator(pytester: pytest.Pytester) -> None:
     """A failing test's traceback ends, as on CUDA, at the PyTorch call that raised (linear.py's
-    forward); the emulator's frames are hidden unless --fulltrace asks for them."""
+    forward): the emulator's checks are C++, so it adds no frame, --fulltrace or not."""
     result = _inner(pytester, FAILING_TEST, "--devices=emulated")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "samedevice/emulator" not in out
     result.stdout.re_match_lines([r".*torch/nn/modules/linear\.py:\d+: RuntimeError$"])
-    if not native.active():  # the native core's device checks are C++: it has no Python frame to hide
-        full = _inner(pytester, FAILING_TEST, "--devices=emulated", "--fulltrace")
-        assert "samedevice/emulator/rules.py" in full.stdout.str()
+    full = _inner(pytester, FAILING_TEST, "--devices=emulated", "--fulltrace")
+    assert "samedevice/emulator" not in full.stdout.str()  # the device checks are C++: no Python frame at all
 
 
 PASSING_TEST = """

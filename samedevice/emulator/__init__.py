@@ -8,25 +8,24 @@ Every runner, a laptop and CPU-only CI included, reproduces the real device erro
     RuntimeError: Expected all tensors to be on the same device, but found at least two devices, emulated:0 and cpu!
 
 How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
-1. registration.py: PrivateUse1 renamed "emulated", its C++ device guard and hooks (guard.cpp,
-   guard.py), the device module `torch.emulated`, the current device, and the absent host;
+1. registration.py: PrivateUse1 renamed "emulated", the C++ part (guard.py builds it once, cached:
+   guard.cpp's device guard and hooks, autocast.cpp, csrc/), the device module `torch.emulated`, the
+   current device, and the absent host; memory.py: torch.cuda's memory figures and a capacity;
 2. native.py and csrc/: the native core, a PrivateUse1 backend in C++ after PyTorch's openreg:
-   allocator.cpp (host memory counted per device, OutOfMemoryError past a capacity; memory.py reads it),
+   allocator.cpp (host memory counted per device, OutOfMemoryError past a capacity),
    kernels.cpp (allocation, views, copies across devices, convolution's overrideable kernels),
    fallback.cpp (every other op: CPU's kernel on host aliases of the device memory, after the check the
    plan names);
-3. tensor.py, nested.py, storage.py, transfers.py, serialization.py: the subclass core, the first design
-   (a wrapper subclass whose data is a CPU tensor), which runs where the C++ part cannot be built;
-4. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
-   per op from CUDA's kernel table in native_functions.yaml (kernels.py): the plan the native core's
-   fallback asks for (`native_plan`), and the subclass core's dispatch; cuda_only.py: the kernels
-   CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math; cuda_paths.py: where CUDA's
-   kernels check dtypes CPU's do not (embedding_bag's indices, the resizing kernels);
+3. rules.py: the device rules, each copied from a CUDA rule in PyTorch's C++ (cited beside it), picked
+   per op from CUDA's kernel table in native_functions.yaml (kernels.py): the plan the fallback asks for;
+4. cuda_only.py: the kernels CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
+   cuda_paths.py: where CUDA's kernels check dtypes CPU's do not (embedding_bag, the resizing kernels);
 5. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
 6. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
    CUDA's autocast policy, registered for the device from ATen's own op lists;
 7. collectives.py: "eccl", the device's process-group backend (as NCCL is CUDA's), gloo underneath.
-Numerics are CPU's: every op runs a CPU kernel on the device's memory.
+Numerics are CPU's: every op runs a CPU kernel on the device's memory. The C++ part needs a C++ compiler
+(g++ or clang++) the first time; without one the emulator is unavailable and says what to install.
 
 Known departures from CUDA (each pinned by a test in tests/test_emulator*.py or tests/test_native_core.py,
 listed in the README):
@@ -43,25 +42,19 @@ listed in the README):
 - numerics and dtype coverage are CPU's: integer division by zero raises (CUDA returns a bit pattern),
   ComplexHalf pow fails (CUDA has it); only the resizing kernels refuse uint8 as CUDA's do;
 - sparse tensors are refused.
-The subclass core departs further (the README lists how): one current device and no generators, pinned
-memory or autocast without the C++ part; compile refused or run eagerly; Parameter identity back to CPU;
-moving weights a graph or view holds; storages on the device; `_is_alias_of`; nested tensors beyond the
-fast path; efficient zero tensors; TorchScript's inner message.
 """
 
 from __future__ import annotations
 
-from samedevice.emulator import (  # noqa: F401 (rules)
+from samedevice.emulator import (  # noqa: F401 (the kernels that stay Python)
     collectives,
     cuda_only,
     cuda_paths,
-    nested,
+    native,
     registration,
     rng,
-    serialization,
+    rules,
     streams,
-    tensor,
-    transfers,
 )
 from samedevice.emulator.memory import (
     max_memory_allocated,
@@ -82,14 +75,11 @@ from samedevice.emulator.registration import (
     trainable_device_count,
     unavailable_reason,
 )
-from samedevice.emulator.tensor import EmulatedTensor
 
-registration._on_register.extend([tensor._register_kernels, cuda_paths.register, rng.register, serialization.register,
-                                streams.register, collectives.register])
-registration._on_register_native.extend([streams.register, collectives.register])
+registration._on_register.extend([streams.register, collectives.register])
 
 __all__ = [
-    "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatedTensor", "EmulatorUnavailableError", "absent", "active",
+    "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatorUnavailableError", "absent", "active",
     "device", "is_absent", "is_emulated", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats",
     "set_capacity", "trainable_device_count", "unavailable_reason",
 ]

@@ -1,4 +1,4 @@
-"""9. Collectives: "eccl", the emulated device's process-group backend, as NCCL is CUDA's.
+"""7. Collectives: "eccl", the emulated device's process-group backend, as NCCL is CUDA's.
 
     dist.init_process_group("eccl", ...)      # after samedevice.emulator.device()
 
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from samedevice.emulator import native
 from samedevice.emulator.registration import NAME
 
 BACKEND = "eccl"
@@ -27,8 +28,6 @@ BACKEND = "eccl"
 def _host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """The CPU tensors the emulated ones live in; any other device is refused as c10d refuses it, and a
     non-contiguous tensor as NCCL refuses it (ProcessGroupNCCL.cpp, check_gpu_single_tensor)."""
-    from samedevice.emulator.tensor import unwrap
-
     hosts = []
     for t in tensors:
         if t.device.type != NAME:
@@ -36,7 +35,7 @@ def _host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         if not any(t.is_contiguous(memory_format=f) for f in (torch.contiguous_format, torch.channels_last,
                                                                torch.channels_last_3d)):
             raise ValueError("Tensors must be contiguous")
-        hosts.append(unwrap(t))
+        hosts.append(native.host(t))
     return hosts
 
 

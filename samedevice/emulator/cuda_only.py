@@ -1,4 +1,4 @@
-"""4b. Kernels CUDA has and CPU lacks, which the device path of PyTorch's own code calls: the fused
+"""4a. Kernels CUDA has and CPU lacks, which the device path of PyTorch's own code calls: the fused
 LSTM and GRU cells (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell take them for non-CPU inputs). Each is
 computed here with CPU ops in the math of CUDA's kernel (aten/src/ATen/native/cuda/RNN.cu:
 lstm_cell_forward/backward, gru_cell_forward/backward); the workspace each forward saves for its
@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
+from samedevice.emulator import native
+from samedevice.emulator.native import tree_map
 from samedevice.emulator.rules import SPECIAL, check_common_device
-from samedevice.emulator.tensor import tree_map, unwrap, wrap_outputs
 
 aten = torch.ops.aten
 
@@ -69,7 +70,7 @@ def _on_cpu(math: Any) -> Any:
         names = [a.name for a in func._schema.arguments]
         # CUDA's kernels carry torchgen's whole-op check: every tensor argument on one device
         index = check_common_device(func, None, list(zip(names, args)) + list(kwargs.items()))
-        return wrap_outputs(math(*tree_map(unwrap, args), **tree_map(unwrap, kwargs)), {}, index)
+        return native.wrap(math(*tree_map(native.host, args), **tree_map(native.host, kwargs)), {}, index)
     return handler
 
 

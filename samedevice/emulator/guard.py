@@ -1,17 +1,17 @@
-"""The C++ device guard and hooks (guard.cpp) and CUDA's autocast policy (autocast.cpp): compiled at first use
-into one library, cached, loaded before PyTorch's Python guard and hooks.
+"""The emulator's C++ part, compiled at first use into one library, cached, loaded before PyTorch's Python guard and
+hooks: the device guard and hooks (guard.cpp), CUDA's autocast policy (autocast.cpp), and the native core
+(csrc/: allocator, minimal kernels, the fallback).
 
-Why C++: PyTorch's Python device guard for PrivateUse1 cannot keep a current device or report two
-devices, and it calls into Python from noexcept methods, which aborts the process when an error is
-pending in backward or the interpreter is exiting. A guard in C++ does what CUDA's does (guard.cpp).
+Why at first use rather than at install (a torch C++ extension in the package build, the ecosystem's usual way):
+the package stays one pure-Python wheel that installs anywhere PyTorch does, a new PyTorch needs no rebuild of
+the wheel (the cache is per PyTorch version and source), and where no compiler is, everything but the emulator
+(the catalog, `diagnose`, the helpers, the plugin's CPU runs) still works and the emulator says in one line
+what to install.
 
-The build takes about 25 s of CPU with g++ against the headers that PyTorch's wheel ships (3 s of it the
-guard, the rest ATen's operator headers that the autocast wrappers need); the library is built once and
-cached per PyTorch version and sources under $SAMEDEVICE_CACHE (default ~/.cache/samedevice), written
-to a temporary name and renamed, so processes that build at once never see half a file. Without a
-compiler or headers (or with SAMEDEVICE_EMULATOR_GUARD=python) the emulator falls back to PyTorch's
-Python guard and hooks and says so in one line: one current device (0), backward on emulated:0 only,
-no device generators, no pinned memory, and no autocast (its first op fails naming the emulator).
+The build takes about 30 s of CPU with g++ against the headers that PyTorch's wheel ships, one compiler per
+source at once; the library is cached per PyTorch version and sources under $SAMEDEVICE_CACHE (default
+~/.cache/samedevice), written to a temporary name and renamed, so processes that build at once never see half
+a file.
 """
 
 from __future__ import annotations
@@ -45,14 +45,37 @@ def library_path() -> Path:
     return cache_dir() / f"emulator-{torch.__version__.replace('+', '_')}-{digest[:16]}.so"
 
 
-def _build(target: Path) -> None:
-    torch_dir = Path(torch.__file__).parent
-    include, lib = torch_dir / "include", torch_dir / "lib"
+def _compiler() -> str:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None or shutil.which(compiler) is None:
+        named = f" (CXX={compiler} is not a program)" if compiler else ""
+        raise RuntimeError(f"no C++ compiler found{named}: install g++ or clang++, or set CXX")
+    return compiler
+
+
+def _headers() -> Path:
+    include = Path(torch.__file__).parent / "include"
     if not (include / "c10" / "core" / "impl" / "DeviceGuardImplInterface.h").exists():
         raise RuntimeError(f"PyTorch's C++ headers are not installed (no {include.name}/c10 beside torch)")
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
-        raise RuntimeError("no C++ compiler found (set CXX, or install g++ or clang++)")
+    return include
+
+
+def missing() -> str | None:
+    """Why the library cannot be had here (one line), or None: it is built already, or a compiler and PyTorch's
+    headers are there to build it. Cheap: builds nothing."""
+    if _loaded or library_path().exists():
+        return None
+    try:
+        _compiler()
+        _headers()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def _build(target: Path) -> None:
+    include, lib = _headers(), Path(torch.__file__).parent / "lib"
+    compiler = _compiler()
     target.parent.mkdir(parents=True, exist_ok=True)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     flags = ["-std=c++17", "-O1", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
@@ -102,21 +125,33 @@ def autograd_device_queues() -> int:
     return int(_loaded[0].samedevice_autograd_device_queues())
 
 
-def install() -> str | None:
-    """Build (once), load and register the C++ guard, hooks and autocast policy. None when they are in place,
-    else why not (one line)."""
-    if os.environ.get("SAMEDEVICE_EMULATOR_GUARD") == "python":
-        return "SAMEDEVICE_EMULATOR_GUARD=python is set"
+def load() -> str | None:
+    """Build (once) and load the library. None when it is loaded, else why not (one line)."""
+    if _loaded:
+        return None
     try:
         path = library_path()
         if not path.exists():
             _build(path)
-        lib = ctypes.CDLL(str(path))
+        _loaded.append(ctypes.CDLL(str(path)))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
+def library() -> ctypes.CDLL:
+    return _loaded[0]
+
+
+def install() -> str | None:
+    """Register the C++ guard, hooks and autocast policy from the loaded library. None when they are in place, else
+    why not (one line)."""
+    why = load()
+    if why is not None:
+        return why
+    lib = _loaded[0]
     if not lib.samedevice_register_guard():
         return "another device guard was registered for PrivateUse1 first"
-    _loaded.append(lib)
     if not lib.samedevice_register_autocast():
         return "CUDA's autocast policy could not be registered for the emulated device (another one is there)"
     return None

@@ -1,21 +1,19 @@
-"""The native core (csrc/): device tensors as plain `torch.Tensor`s on PrivateUse1, with storages in host memory
-counted per device, and a C++ fallback that runs CPU's kernel on host aliases of them after CUDA's device check.
+"""2. The native core (csrc/), a PrivateUse1 backend in C++ after PyTorch's own example backend (openreg): device
+tensors are plain `torch.Tensor`s whose storages live in host memory, counted per device (allocator.cpp); the
+minimal kernels allocate, view and copy (kernels.cpp); every other op reaches a fallback that runs CPU's kernel on
+host aliases of the device memory, after the device check CUDA's kernel makes (fallback.cpp).
 
-The default core. SAMEDEVICE_EMULATOR_CORE=subclass selects the first design (tensor.py's wrapper subclass) instead,
-which is also what runs where the C++ part cannot be built (no compiler: the emulator says so in one line).
 The rules stay in Python: the fallback asks `rules.native_plan` once per op which check CUDA makes, and this
-module tells it which ops to take by name.
+module tells it which ops to take by name. The few kernels that stay Python (rules.NATIVE_PYTHON) run CPU's
+kernel on host aliases here (`run_on_host`), as the fallback does.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
 import torch
-
-CORE_ENV = "SAMEDEVICE_EMULATOR_CORE"
 
 # int (*)(const char* op, int* rule, int* allow_cpu_scalar, int* random, int* nested, char* text, size_t size),
 # fallback.cpp's PlanFunction
@@ -23,16 +21,6 @@ _INT = ctypes.POINTER(ctypes.c_int)
 _PLAN_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, _INT, _INT, _INT, _INT, ctypes.c_void_p,
                                   ctypes.c_size_t)
 _kept: list[Any] = []  # the callback lives as long as the library calls it
-
-
-def requested() -> bool:
-    """Whether this process asks for the native core (the default)."""
-    return os.environ.get(CORE_ENV, "native") != "subclass"
-
-
-def demanded() -> bool:
-    """Whether this process insists on it (SAMEDEVICE_EMULATOR_CORE=native): no fallback to the subclass core."""
-    return os.environ.get(CORE_ENV) == "native"
 
 
 def _plan(op: bytes, rule: Any, allow: Any, random: Any, nested: Any, text: int, size: int) -> int:
@@ -50,8 +38,24 @@ def _plan(op: bytes, rule: Any, allow: Any, random: Any, nested: Any, text: int,
 
 
 def is_device(x: Any) -> bool:
-    return (isinstance(x, torch.Tensor) and x.device.type == "privateuseone") or (
-        isinstance(x, torch.Tensor) and x.device.type == torch._C._get_privateuse1_backend_name())
+    return isinstance(x, torch.Tensor) and x.device.type == torch._C._get_privateuse1_backend_name()
+
+
+# Op arguments nest at most lists of tensors (Tensor[], Tensor?[]) in tuples and dicts: these two walkers do what
+# torch.utils._pytree would, several times faster.
+def tree_map(fn: Any, x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(tree_map(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: tree_map(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def tensors(x: Any) -> list[torch.Tensor]:
+    """Every tensor in an op's arguments."""
+    found: list[torch.Tensor] = []
+    tree_map(lambda v: found.append(v) if isinstance(v, torch.Tensor) else None, x)
+    return found
 
 
 def host(x: Any) -> Any:
@@ -62,8 +66,6 @@ def host(x: Any) -> Any:
 def run_on_host(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
     """Run CPU's kernel for `func` on host aliases, as the C++ fallback does, for the kernels that stay in Python
     (rules.py's NATIVE_PYTHON): an in-place result is the caller's device tensor, a fresh one is taken over."""
-    from samedevice.emulator.tensor import tree_map
-
     same: dict[int, torch.Tensor] = {}
     aliases: list[torch.Tensor] = []  # alive until the results are mapped, so their ids stay theirs
 
@@ -80,7 +82,7 @@ def run_on_host(func: Any, args: Any, kwargs: Any, index: int | None) -> Any:
 
 
 def wrap(out: Any, same: dict[int, torch.Tensor], index: int | None) -> Any:
-    from samedevice.emulator.tensor import tree_map
+    """A CPU kernel's results on the device: an argument's own device tensor, or fresh memory taken over."""
 
     def back(t: Any) -> Any:
         if not isinstance(t, torch.Tensor) or index is None or t.device.type != "cpu":
@@ -109,9 +111,6 @@ def install(lib: ctypes.CDLL) -> None:
         python_kernels.impl(name, _special(func), "PrivateUse1")
     _kept.append(python_kernels)
     _loaded.append(lib)
-    from samedevice.emulator import tensor
-
-    tensor.NATIVE = True
     _refuse_inductor()
 
 
@@ -212,3 +211,10 @@ def set_capacity(index: int, capacity: int | None, elsewhere: int) -> None:
 
 def active() -> bool:
     return bool(_loaded)
+
+
+def format_size(nbytes: int) -> str:
+    """allocator.cpp's sizes, as CUDACachingAllocator.cpp's format_size writes them."""
+    text = ctypes.create_string_buffer(64)
+    _loaded[0].samedevice_format_size(ctypes.c_int64(nbytes), text, ctypes.c_size_t(len(text)))
+    return text.value.decode()

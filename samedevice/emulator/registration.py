@@ -1,5 +1,6 @@
-"""1. Registration: PrivateUse1 renamed "emulated", its C++ device guard, the device module that
-PyTorch finds as `torch.emulated` (like `torch.cuda`), the current device, and the absent host."""
+"""1. Registration: PrivateUse1 renamed "emulated", the C++ part (guard.py builds it: the device guard,
+hooks, autocast policy and the native core), the device module that PyTorch finds as `torch.emulated`
+(like `torch.cuda`), the current device, and the absent host."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def absent() -> Iterator[None]:
 
 def _sync_absent() -> None:
     # the C++ hooks (guard.cpp) answer is_available, is_pinned and pin_memory without calling Python
-    if _native_guard:
+    if _registered or _registering:
         from samedevice.emulator import guard
 
         guard.set_absent(is_absent())
@@ -73,28 +74,18 @@ def check_present(index: int | None = None) -> None:
 
 
 # ---- the current device -------------------------------------------------------------------------
-# With the C++ guard, the current device is the guard's (per host thread, like cudaSetDevice), so
+# The current device is the C++ guard's (per host thread, like cudaSetDevice), so
 # torch.accelerator.set_device_index, torch.emulated.set_device and the autograd engine's device
-# threads all agree. Without it (no compiler), PyTorch's Python guard keeps device 0.
-
-_native_guard = False
-_fallback_reason = ""
+# threads all agree.
 
 
 def current_index() -> int:
-    if _native_guard:
-        return torch.accelerator.current_device_index()
-    return 0
+    return torch.accelerator.current_device_index()
 
 
 def set_index(index: int) -> None:
     check_present(index)
-    if _native_guard:
-        torch.accelerator.set_device_index(index)
-    elif index != 0:
-        raise RuntimeError(
-            f"emulated accelerator: the current device cannot be changed in this process ({_fallback_reason})"
-        )
+    torch.accelerator.set_device_index(index)
 
 
 def index_of(dev: Any) -> int:
@@ -198,7 +189,7 @@ def _drain_autograd_workers() -> None:
     global _draining
     _draining = True
     _sync_absent()
-    for index in range(DEVICE_COUNT if _native_guard else 1):
+    for index in range(DEVICE_COUNT):
         try:
             leaf = torch.ones((), device=torch.device(NAME, index), requires_grad=True)
             seed = torch.ones((), device=torch.device(NAME, index))
@@ -214,24 +205,32 @@ def _drain_autograd_workers() -> None:
 # ---- registration -------------------------------------------------------------------------------
 
 _registered = False
+_registering = False
 _on_register: list[Callable[[], None]] = []  # the other sections' registrations, in section order
-_on_register_native: list[Callable[[], None]] = []  # those the native core needs too
 
 
 def unavailable_reason() -> str | None:
-    """One line saying why the emulator cannot run in this process, or None when it can."""
+    """One line saying why the emulator cannot run in this process, or None when it can (without a compiler
+    and no built library cached, the reason says what to install). Builds nothing: registering does."""
     taken = torch._C._get_privateuse1_backend_name()
     if taken not in ("privateuseone", NAME):
         return (
             f"the emulated accelerator needs PyTorch's PrivateUse1 backend, "
             f"but it is already taken by {taken!r}"
         )
+    if _registered:
+        return None
+    from samedevice.emulator import guard
+
+    why = guard.missing()
+    if why is not None:
+        return f"the emulated accelerator needs its C++ part, which cannot be built here: {why}"
     return None
 
 
 def register() -> None:
     """Register the backend (idempotent)."""
-    global _registered, _native_guard, _fallback_reason
+    global _registered, _registering
     if _registered:
         return
     reason = unavailable_reason()
@@ -240,75 +239,27 @@ def register() -> None:
     from samedevice import compat
 
     compat.check()  # one line naming a missing private API; one warning on an untested torch
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    from torch.utils.backend_registration import generate_methods_for_privateuse1_backend, rename_privateuse1_backend
 
-    from samedevice.emulator import guard
+    from samedevice.emulator import guard, native
 
-    if torch._C._get_privateuse1_backend_name() == "privateuseone":
-        # the C++ guard first: PyTorch keeps the first guard registered for a device type
-        why = guard.install()
-        _native_guard = why is None
-        if why is not None:
-            _fallback_reason = why
-            print(f"samedevice: emulated accelerator without its C++ part ({why}); it runs as a Python tensor "
-                  "subclass: one current device, backward on emulated:0 only, no device generators, no pinned "
-                  "memory, no autocast (install g++ or clang++ for the native core)", file=sys.stderr)
-        if _native_guard:
-            # _setup_privateuseone_for_python_backend without its Python hooks and guard: guard.cpp
-            # registered the C++ ones (PyTorch takes the hooks once and refuses a second registration)
-            from torch.utils.backend_registration import (
-                generate_methods_for_privateuse1_backend,
-                rename_privateuse1_backend,
-            )
-
-            rename_privateuse1_backend(NAME)
-            generate_methods_for_privateuse1_backend()
-            torch._register_device_module(NAME, _DeviceModule())
-        else:
-            _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
-            _refuse_autocast(_fallback_reason)
-    from samedevice.emulator import native
-
-    if native.demanded() and not _native_guard:
-        raise EmulatorUnavailableError(f"the native core ({native.CORE_ENV}=native) needs the C++ part: "
-                                       f"{_fallback_reason}")
-    on_native = native.requested() and _native_guard
-    if on_native:
-        native.install(guard._loaded[0])
-    for hook in (_on_register_native if on_native else _on_register):
+    _registering = True
+    # the C++ guard and hooks first: PyTorch keeps the first guard registered for a device type, and takes the
+    # hooks once (what _setup_privateuseone_for_python_backend does, with C++ in place of its Python guard)
+    why = guard.install()
+    if why is not None:
+        raise EmulatorUnavailableError(f"the emulated accelerator could not register its C++ part: {why}")
+    rename_privateuse1_backend(NAME)
+    generate_methods_for_privateuse1_backend()
+    torch._register_device_module(NAME, _DeviceModule())
+    native.install(guard.library())
+    for hook in _on_register:
         hook()
     _hide_from_dynamo()
-    if _native_guard:
-        _warn_if_registered_late()
+    _warn_if_registered_late()
     _sync_absent()
     atexit.register(_drain_autograd_workers)
     _registered = True
-
-
-_fallthrough: list[torch.library.Library] = []  # kept: a registration lives as long as its Library
-
-
-def _refuse_autocast(why: str) -> None:
-    """Without the C++ part (autocast.cpp), an op on device tensors under torch.autocast("emulated") fails in
-    one line naming the emulator and the reason, not with PyTorch's "Could not run ... 'Autocastemulated'
-    backend" wall. The autocast key falls through, and the tensors' __torch_function__ refuses: inside
-    __torch_dispatch__ PyTorch has masked the autocast state, and a Python fallback for a subclass's op is
-    routed to a per-op registration that does not exist (an internal assert)."""
-    from samedevice.emulator.tensor import EmulatedTensor
-
-    lib = torch.library.Library("_", "IMPL")  # a fallback is registered on the global namespace
-    lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    _fallthrough.append(lib)
-    refusal = (f"emulated accelerator: torch.autocast({NAME!r}) needs the emulator's C++ part, which is not "
-               f"loaded ({why})")
-
-    def refusing_torch_function(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if torch.is_autocast_enabled(NAME):
-            raise RuntimeError(f"{refusal}; {getattr(func, '__name__', func)} cannot run under autocast")
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
-
-    EmulatedTensor.__torch_function__ = classmethod(refusing_torch_function)  # type: ignore[assignment]
 
 
 def _hide_from_dynamo() -> None:
@@ -388,11 +339,9 @@ def active() -> Iterator[None]:
 
 
 def trainable_device_count() -> int:
-    """How many emulated devices run backward here: both with the C++ device guard, one without it."""
+    """How many emulated devices run backward here (none on a host that plays absent)."""
     register()
-    if is_absent():
-        return 0
-    return DEVICE_COUNT if _native_guard else 1
+    return 0 if is_absent() else DEVICE_COUNT
 
 
 def is_emulated(dev: torch.device | str) -> bool:

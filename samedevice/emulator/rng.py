@@ -1,10 +1,11 @@
-"""Random numbers: each emulated device has its own default generator, as each CUDA device has
+"""5. Random numbers: each emulated device has its own default generator, as each CUDA device has
 (torch.cuda.default_generators), independent of the CPU's and of each other. The numbers are CPU's
 (a CPU generator per device: CUDA's Philox numbers differ, as all numerics here are CPU's), but the
 streams are CUDA's: a draw on the device never moves `torch.default_generator`, and a run that saves
 and restores only `torch.get_rng_state()` does not reproduce its device draws, as on CUDA.
 
-A random op on the device draws from its device's generator (rules.py picks the way once per op):
+A random op on the device draws from its device's generator (the native core's fallback, fallback.cpp, does the
+drawing; the plan, rules.native_plan, says which argument is the generator):
 - an op with a `Generator? generator` argument gets the device's generator when the caller passed
   none; a generator of another device type is refused as CUDA refuses it; a device generator made by
   `torch.Generator(device="emulated")` (guard.cpp) lends its state to a CPU generator for the kernel;
@@ -16,7 +17,7 @@ A random op on the device draws from its device's generator (rules.py picks the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -24,58 +25,11 @@ import torch
 from samedevice.emulator import registration
 from samedevice.emulator.registration import DEVICE_COUNT, NAME, check_present, current_index, index_of
 
-# CUDA's default generators start from default_rng_seed_val, as a new CPU generator does
+# CUDA's default generators start from default_rng_seed_val, as a new CPU generator does; the native core holds
+# these same objects (torch.ops.samedevice._set_default_generator)
 _generators = [torch.Generator() for _ in range(DEVICE_COUNT)]
 
 SEEDED = ("", -1)  # the plan of a seeded op without a generator argument (rules.Plan.random)
-
-
-def draw(how: tuple[str, int], index: int, args: Any, kwargs: Any, run: Callable[[Any, Any], Any]) -> Any:
-    """Run a random op on emulated:`index` (`run(args, kwargs)`) so that it draws from that device's
-    generator; `how` is the op's generator argument (name, position), or SEEDED."""
-    device_generator = _generators[index]
-    if how is SEEDED:
-        return _lend(device_generator, torch.default_generator, lambda _: run(args, kwargs))
-    name, i = how
-    given = args[i] if i < len(args) else kwargs.get(name)
-    if given is not None:
-        # check_generator<CUDAGeneratorImpl> (aten/src/ATen/core/DistributionsHelper.h & co.): a random
-        # op on the device takes a generator of the device's type only; a CPU generator is refused.
-        if given.device.type != NAME:
-            raise RuntimeError(f"Expected a '{NAME}' device type for generator but found '{given.device.type}'")
-        return _lend(given, torch.Generator(), lambda cpu: run(*_with(name, i, cpu, args, kwargs)))
-    return run(*_with(name, i, device_generator, args, kwargs))
-
-
-def _with(name: str, i: int, generator: torch.Generator, args: Any, kwargs: Any) -> tuple[Any, Any]:
-    if i < len(args):
-        return (*args[:i], generator, *args[i + 1:]), kwargs
-    return args, {**kwargs, name: generator}
-
-
-def _lend(device_generator: torch.Generator, cpu: torch.Generator, kernel: Callable[[torch.Generator], Any]) -> Any:
-    """Run `kernel(cpu)` with the CPU generator `cpu` holding `device_generator`'s state, take the advanced
-    state back, and leave `cpu` as it was. CPU kernels draw from CPU generators only: the seeded ops from
-    torch.default_generator, the others from the one they are given (a device generator made by
-    torch.Generator(device="emulated"), guard.cpp, keeps a CPU state but the device's type)."""
-    saved = cpu.get_state()
-    cpu.set_state(device_generator.get_state())
-    try:
-        return kernel(cpu)
-    finally:
-        device_generator.set_state(cpu.get_state())
-        cpu.set_state(saved)
-
-
-def randperm(n: int, *, device: Any = None, generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:
-    """torch.randperm(n, device=emulated), a factory with no tensor to dispatch on (and without the
-    `out=` path, by which cpu_factory would draw from the CPU generator)."""
-    from samedevice.emulator.tensor import EmulatedTensor, resolve
-
-    index = resolve(device)
-    options = {k: v for k, v in options.items() if v is not None}
-    out = draw(("generator", 1), index, (n, generator), options, lambda a, k: torch.randperm(a[0], generator=a[1], **k))
-    return EmulatedTensor(out, index)
 
 
 # ---- torch.emulated's RNG functions, as torch/cuda/random.py's ------------------------------------
@@ -135,13 +89,3 @@ def initial_seed() -> int:
 for _fn in (get_rng_state, set_rng_state, get_rng_state_all, set_rng_state_all, manual_seed, manual_seed_all,
             seed, seed_all, initial_seed):
     setattr(registration._DeviceModule, _fn.__name__, staticmethod(_fn))
-
-
-def register() -> None:
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("randperm", randperm, "PrivateUse1")
-    lib.impl("randperm.generator", randperm, "PrivateUse1")
-    _libs.append(lib)
-
-
-_libs: list[torch.library.Library] = []

@@ -1,4 +1,4 @@
-"""8. Streams and events: what torch.cuda offers (torch/cuda/streams.py, torch/cuda/__init__.py), host-synchronous.
+"""6. Streams and events: what torch.cuda offers (torch/cuda/streams.py, torch/cuda/__init__.py), host-synchronous.
 
 Library code takes a device path whenever the PrivateUse1 module says it is available: DCP's file writer,
 for one, overlaps its device-to-host copies on `torch.<backend>.current_stream()` and
@@ -48,7 +48,7 @@ class Event(torch.Event):
     def elapsed_time(self, end_event: torch.Event) -> float:
         # PyTorch's binding takes only an exact torch.Event as `end_event`: for another torch.emulated.Event the
         # guard answers by handle, with InlineEvent's checks (the device type here; timing and recording there)
-        if type(end_event) is torch.Event or not registration._native_guard:
+        if type(end_event) is torch.Event:
             return super().elapsed_time(end_event)
         if end_event.device.type != self.device.type:
             raise RuntimeError(f"Event device type {self.device.type.upper()} does not match other's device type "
@@ -67,8 +67,6 @@ def _as_stream(stream: torch.Stream) -> Stream:
 def current_stream(device: Any = None) -> Stream:
     """The current stream of `device` (default: the current device), as torch.cuda.current_stream."""
     index = registration.index_of(device)
-    if not registration._native_guard:  # PyTorch's Python guard keeps no streams: the default one
-        return default_stream(index)
     return _as_stream(torch.accelerator.current_stream(torch.device(NAME, index)))
 
 
@@ -81,11 +79,6 @@ def default_stream(device: Any = None) -> Stream:
 def set_stream(stream: torch.Stream | None) -> None:
     """Make `stream` current; like torch.cuda.set_stream it also makes its device current. None: a no-op."""
     if stream is None:
-        return
-    if not registration._native_guard:
-        if stream.stream_id != 0 or stream.device_index != 0:
-            raise RuntimeError(f"emulated accelerator: only the default stream of {NAME}:0 can be current in "
-                               f"this process ({registration._fallback_reason})")
         return
     torch.accelerator.set_stream(stream)
 

@@ -135,6 +135,10 @@ extern "C" void samedevice_reset_peak(int index) {
   c.peak = c.allocated.load();
 }
 
+extern "C" void samedevice_format_size(int64_t nbytes, char* out, size_t size) {
+  std::snprintf(out, size, "%s", samedevice::format_size(nbytes).c_str());
+}
+
 extern "C" void samedevice_set_capacity(int index, int64_t capacity, int64_t elsewhere) {
   auto& c = samedevice::counters.at(index);
   c.capacity = capacity;
