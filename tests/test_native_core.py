@@ -148,6 +148,19 @@ def test_conjugate_and_negative_views_read_as_on_cpu() -> None:
     assert torch.equal(torch.fft.hfft(xd).cpu(), torch.fft.hfft(x))
 
 
+def test_a_type_name_pytorch_renders_for_the_device_departs() -> None:
+    """Departure: where PyTorch's own code renders a device tensor's type (CPU's mkldnn convolution check, for a CPU
+    input on device weights) it reads emulatedFloatType, where CUDA's reads torch.cuda.FloatTensor; the check the
+    emulator makes for a device input writes torch.emulated.FloatTensor, as CUDA's would."""
+    dev = emulator.device()
+    rendered = "Input type (torch.FloatTensor) and weight type (emulatedFloatType) should be the same"
+    with pytest.raises(RuntimeError, match=re.escape(rendered)):
+        nn.functional.conv2d(torch.ones(2, 3, 8, 8), torch.ones(4, 3, 3, 3, device=dev))
+    with pytest.raises(RuntimeError, match=re.escape("Input type (torch.emulated.FloatTensor) and weight type "
+                                                     "(torch.FloatTensor) should be the same")):
+        nn.functional.conv2d(torch.ones(2, 3, 8, 8, device=dev), torch.ones(4, 3, 3, 3))
+
+
 def test_a_cpu_only_op_fails_naming_it() -> None:
     """An op with no CUDA kernel fails on the device naming the op, as the dispatcher fails for CUDA."""
     with pytest.raises(NotImplementedError, match="Could not run 'aten::_mkldnn_transpose'"):
