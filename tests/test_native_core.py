@@ -222,3 +222,69 @@ def test_dlpack_refuses_the_device_in_pytorch_s_words() -> None:
     with pytest.raises(ValueError, match="Unknown device type emulated for Dlpack"):
         torch.from_dlpack(a)
     assert torch.from_dlpack(a.cpu()).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_nested_metadata_stays_on_cpu_and_the_tensor_whole() -> None:
+    """A nested tensor's size and stride tensors come back as they are, on CPU (as CUDA's), and the nested tensor
+    stays readable after."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's prototype warning for nested tensors
+        nested = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)]).to(emulator.device())
+    assert nested._nested_tensor_size().device.type == "cpu"
+    assert nested._nested_tensor_size().tolist() == [[2, 3], [4, 3]]
+    assert nested._nested_tensor_strides().tolist() == [[3, 1], [3, 1]]
+    assert nested.cpu().to_padded_tensor(0.0).sum().item() == 18.0
+
+
+def test_seeded_draws_from_several_threads_stay_apart() -> None:
+    """Dropout on the device from four threads at once draws distinct masks from the device's stream and leaves
+    the CPU's generator as it was (each lend of the device's state to the CPU kernel is whole)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dev = emulator.device()
+    x = torch.ones(256, device=dev)
+    before = torch.get_rng_state()
+
+    def masks(_: int) -> list[bytes]:
+        return [torch.ops.aten.native_dropout(x, 0.5, True)[1].cpu().numpy().tobytes() for _ in range(20)]
+
+    with ThreadPoolExecutor(4) as pool:
+        drawn = [m for ms in pool.map(masks, range(4)) for m in ms]
+    assert len(set(drawn)) == len(drawn)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_set_and_memory_figures_follow_the_storage_s_device() -> None:
+    """`set_` to a larger geometry grows the storage on the storage's device; `set_()` gives back an empty one;
+    the memory figures refuse an index the emulator does not have, in CUDA's words."""
+    on_one = torch.empty(0, device=emulator.device(1))
+    start = [emulator.memory_allocated(emulator.device(i)) for i in (0, 1)]
+    on_one.set_(on_one.untyped_storage(), 0, (1000,), (1,))
+    assert on_one.untyped_storage().device == emulator.device(1)
+    assert [emulator.memory_allocated(emulator.device(i)) for i in (0, 1)] == [start[0], start[1] + 4000]
+    on_one.set_()
+    assert on_one.untyped_storage().nbytes() == 0
+    assert emulator.memory_allocated(emulator.device(1)) == start[1]
+    with pytest.raises(RuntimeError, match="Invalid device argument 2: did you call init"):
+        emulator.memory_allocated("emulated:2")
+
+
+def test_a_host_alias_keeps_its_device_memory() -> None:
+    """A host alias (what eccl hands gloo) keeps the device memory alive after the device tensor is gone."""
+    import gc
+
+    x = torch.full((1000,), 7.0, device=emulator.device())
+    alias = torch.ops.samedevice._host(x)
+    del x
+    gc.collect()
+    torch.ones(1000, device=emulator.device()).mul_(5)  # memory freed now would be reused here
+    assert alias[:3].tolist() == [7.0, 7.0, 7.0]
+
+
+def test_a_convolution_across_two_device_indices_raises() -> None:
+    """An input on emulated:0 with a weight on emulated:1 raises as cuDNN's wrapper check raises for two GPUs."""
+    with pytest.raises(RuntimeError, match=r"but got weight is on emulated:1, different from other tensors on "
+                                           r"emulated:0 \(when checking argument in method "
+                                           r"wrapper_EMULATED__cudnn_convolution\)"):
+        nn.functional.conv2d(torch.ones(1, 1, 4, 4, device=emulator.device(0)),
+                             torch.ones(1, 1, 3, 3, device=emulator.device(1)))

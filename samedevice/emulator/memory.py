@@ -10,21 +10,29 @@ from __future__ import annotations
 import torch
 
 from samedevice.emulator import native
-from samedevice.emulator.registration import index_of
+from samedevice.emulator.registration import DEVICE_COUNT, index_of
 
 _ALLOCATED, _PEAK = 0, 1
 
 
+def _index(dev: torch.device | str | int | None) -> int:
+    index = index_of(dev)
+    # CUDACachingAllocator.cpp's check of the device argument, in its words
+    if not 0 <= index < DEVICE_COUNT:
+        raise RuntimeError(f"Invalid device argument {index}: did you call init?")
+    return index
+
+
 def memory_allocated(dev: torch.device | str | int | None = None) -> int:
-    return native.memory(index_of(dev), _ALLOCATED)
+    return native.memory(_index(dev), _ALLOCATED)
 
 
 def max_memory_allocated(dev: torch.device | str | int | None = None) -> int:
-    return native.memory(index_of(dev), _PEAK)
+    return native.memory(_index(dev), _PEAK)
 
 
 def reset_peak_memory_stats(dev: torch.device | str | int | None = None) -> None:
-    native.reset_peak(index_of(dev))
+    native.reset_peak(_index(dev))
 
 
 def set_capacity(dev: torch.device | str | int | None, nbytes: int | None, used_elsewhere: int = 0) -> None:
@@ -32,7 +40,7 @@ def set_capacity(dev: torch.device | str | int | None, nbytes: int | None, used_
     hold `used_elsewhere` (another rank training on that device): this process may allocate the rest."""
     if nbytes is not None and not 0 <= used_elsewhere <= nbytes:
         raise ValueError(f"used_elsewhere={used_elsewhere} must lie between 0 and the capacity, {nbytes}")
-    native.set_capacity(index_of(dev), nbytes, used_elsewhere if nbytes is not None else 0)
+    native.set_capacity(_index(dev), nbytes, used_elsewhere if nbytes is not None else 0)
 
 
 format_size = native.format_size

@@ -28,12 +28,13 @@ def _plan(op: bytes, rule: Any, allow: Any, random: Any, nested: Any, text: int,
 
     try:
         found = rules.native_plan(op.decode())
+        rule[0], random[0] = found.rule, found.random
+        allow[0], nested[0] = int(found.allow_cpu_scalar), int(found.nested)
+        texts = f"{found.text}\n{found.nested_text}".encode()[: size - 1] + b"\0"
+        ctypes.memmove(text, texts, len(texts))
     except Exception as e:  # an exception cannot cross into C++: the fallback raises naming the op
         print(f"samedevice: planning {op.decode()} failed: {e!r}")
         return 1
-    rule[0], allow[0], random[0], nested[0] = found.rule, int(found.allow_cpu_scalar), found.random, int(found.nested)
-    texts = f"{found.text}\n{found.nested_text}".encode()[: size - 1] + b"\0"
-    ctypes.memmove(text, texts, len(texts))
     return 0
 
 

@@ -51,6 +51,9 @@ int64_t segment(int64_t n) {
 void reserve(c10::DeviceIndex index, int64_t n) {
   auto& c = counters.at(index);
   int64_t cap = c.capacity, elsewhere = c.elsewhere, allocated = c.allocated;
+  // the check and the count in one step, so that threads allocating at once cannot pass the capacity together
+  while (!(cap >= 0 && elsewhere + allocated + n > cap) && !c.allocated.compare_exchange_weak(allocated, allocated + n)) {
+  }
   if (cap >= 0 && elsewhere + allocated + n > cap) {
     int64_t free = std::max<int64_t>(0, cap - elsewhere - allocated);
     std::string others = elsewhere ? "Other processes have " + format_size(elsewhere) + " memory in use. " : "";
@@ -59,7 +62,7 @@ void reserve(c10::DeviceIndex index, int64_t n) {
                      " has a total capacity of ", format_size(cap), " of which ", format_size(free), " is free. ",
                      others, "Of the allocated memory ", format_size(allocated), " is allocated by PyTorch.");
   }
-  int64_t now = c.allocated += n;
+  int64_t now = allocated + n;
   int64_t peak = c.peak;
   while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
   }
@@ -124,14 +127,16 @@ c10::DataPtr adopt(c10::DataPtr host, size_t nbytes, c10::DeviceIndex index) {
 
 }  // namespace samedevice
 
-// memory.py's figures. what: 0 allocated, 1 peak.
+// memory.py's figures (it checks the index first: nothing here may throw into ctypes). what: 0 allocated, 1 peak.
 extern "C" int64_t samedevice_memory(int index, int what) {
-  auto& c = samedevice::counters.at(index);
+  if (index < 0 || index >= samedevice::kDeviceCount) return -1;
+  auto& c = samedevice::counters[index];
   return what == 0 ? c.allocated.load() : c.peak.load();
 }
 
 extern "C" void samedevice_reset_peak(int index) {
-  auto& c = samedevice::counters.at(index);
+  if (index < 0 || index >= samedevice::kDeviceCount) return;
+  auto& c = samedevice::counters[index];
   c.peak = c.allocated.load();
 }
 
@@ -140,7 +145,8 @@ extern "C" void samedevice_format_size(int64_t nbytes, char* out, size_t size) {
 }
 
 extern "C" void samedevice_set_capacity(int index, int64_t capacity, int64_t elsewhere) {
-  auto& c = samedevice::counters.at(index);
+  if (index < 0 || index >= samedevice::kDeviceCount) return;
+  auto& c = samedevice::counters[index];
   c.capacity = capacity;
   c.elsewhere = elsewhere;
 }

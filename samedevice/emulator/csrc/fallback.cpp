@@ -15,6 +15,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -277,9 +278,14 @@ struct Aliases {
     for (auto& p : pairs) {
       if (p.device.unsafeGetStorageImpl() == device) return p.host;
     }
-    c10::Storage host(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
-        c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)), host_alias_allocator(), device->resizable()));
+    // the alias's memory is the device storage's, which the alias keeps alive (a host alias handed to Python, or to
+    // gloo's asynchronous work, may outlive the call)
+    auto* kept = new c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device));
+    c10::DataPtr borrowed(device->mutable_data(), kept, [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
+                          c10::Device(c10::kCPU));
+    c10::Storage host(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
+                                                            std::move(borrowed), host_alias_allocator(),
+                                                            device->resizable()));
     pairs.push_back({c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device)), host});
     return host;
   }
@@ -336,13 +342,44 @@ struct Results {
   Aliases& aliases;
   c10::DeviceIndex index;
   std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted;  // one device storage per fresh host storage
+  // how many of the op's results hold each host storage: a storage held by more is not the kernel's fresh memory
+  // (a view of a CPU argument): the result stays where it is, on CPU
+  std::vector<std::pair<const c10::StorageImpl*, size_t>> holders;
+  // the nested arguments' size, stride and offset tensors (CPU tensors, on CUDA too), which _nested_tensor_size &
+  // co. return as they are: results that stay where they are
+  std::vector<const c10::TensorImpl*> metadata;
+
+  void count(const at::Tensor& h) {
+    if (!h.defined() || !h.is_cpu() || !h.has_storage()) return;
+    const auto* storage = h.storage().unsafeGetStorageImpl();
+    for (auto& [s, n] : holders) {
+      if (s == storage) {
+        ++n;
+        return;
+      }
+    }
+    holders.emplace_back(storage, 1);
+  }
+
+  bool held_elsewhere(c10::StorageImpl* host) const {
+    size_t ours = 1;
+    for (const auto& [s, n] : holders) {
+      if (s == host) ours = n;
+    }
+    return c10::raw::intrusive_ptr::use_count(host) > ours;
+  }
 
   at::Tensor back(const at::Tensor& h) {
     if (!h.defined() || !h.is_cpu()) return h;
     TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided, "emulated accelerator: ", h.layout(),
                                 " tensors are not supported on ", c10::get_privateuse1_backend(),
                                 " devices (only dense, strided tensors are)");
-    auto storage = device_storage(h.storage().unsafeGetStorageImpl());
+    if (std::find(metadata.begin(), metadata.end(), h.unsafeGetTensorImpl()) != metadata.end()) return h;
+    auto* host = h.storage().unsafeGetStorageImpl();
+    bool known = aliases.device_storage_of(host).has_value();
+    for (const auto& [fresh, device] : adopted) known = known || fresh == host;
+    if (!known && held_elsewhere(host)) return h;
+    auto storage = device_storage(host);
     if (h.is_nested()) return nested_over(std::move(storage), c10::DispatchKey::NestedTensorPrivateUse1, h);
     return on_device(storage, h);
   }
@@ -356,7 +393,7 @@ struct Results {
     c10::Storage device(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), host->nbytes(),
         adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index),
-        device_allocator(), /*resizable=*/true));
+        device_allocator(), host->resizable()));
     adopted.emplace_back(host, device);
     return device;
   }
@@ -378,8 +415,13 @@ std::optional<c10::DeviceIndex> device_of(c10::ArrayRef<c10::IValue> args) {
 
 // Run `kernel` with the CPU generator `cpu` holding `device`'s state; take the advanced state back and leave `cpu`
 // as it was (rng.py's _lend: CPU kernels draw from CPU generators only).
+std::mutex lending;  // one lend at a time: two at once would save and restore each other's states
+
 template <typename F>
 void lend(at::Generator device, at::Generator cpu, F kernel) {
+  // A draw on the CPU by another thread while a lend holds the CPU default generator's state still takes from the
+  // device's stream: CPU kernels lock the generator while they draw, so it cannot be held across the kernel.
+  std::lock_guard<std::mutex> one_at_a_time(lending);
   at::Tensor saved, state;
   {
     std::lock_guard<std::mutex> a(cpu.mutex());
@@ -438,11 +480,13 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
   Aliases aliases;
   bool results_here = true;
+  std::vector<at::Tensor> nested_args;  // held: their metadata tensors are compared with the results
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[base + i];
     if (v.isTensor()) {
       if (!is_device(v.toTensor())) continue;
       auto device = v.toTensor();
+      if (device.is_nested()) nested_args.push_back(device);
       v = aliases.host(device);
       if (is_written(plan, static_cast<int>(i))) written.emplace_back(device, v.toTensor());
     } else if (v.isTensorList()) {
@@ -499,12 +543,21 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
     // the geometry the kernel gave the alias (resize_ of an out= result, squeeze_, t_) is the caller's tensor's
     auto* impl = device.unsafeGetTensorImpl();
     if (device.is_nested()) continue;
+    TORCH_CHECK(alias.storage().is_alias_of(aliases.host_storage(device.storage().unsafeGetStorageImpl())),
+                "emulated accelerator: ", schema.operator_name(), " gave its argument other memory on the host, "
+                "which the emulator cannot hand back to the device");
     if (impl->sizes() != alias.sizes() || impl->strides() != alias.strides() ||
         impl->storage_offset() != alias.storage_offset()) {
       impl->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
     }
   }
-  Results results{aliases, index, {}};
+  Results results{aliases, index, {}, {}, {}};
+  for (const auto& t : nested_args) {
+    auto* impl = at::native::get_nested_tensor_impl(t);
+    for (const auto* m : {&impl->get_nested_sizes(), &impl->get_nested_strides(), &impl->get_storage_offsets()}) {
+      results.metadata.push_back(m->unsafeGetTensorImpl());
+    }
+  }
   auto back = [&](const at::Tensor& h) -> at::Tensor {
     for (auto& [device, alias] : written) {
       if (h.is_same(alias)) return device;  // an in-place or out= op returns its argument: the caller's tensor
@@ -512,6 +565,13 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
     return results_here ? results.back(h) : h;
   };
   const size_t returns = schema.returns().size();
+  for (size_t r = stack->size() - returns; r < stack->size(); ++r) {
+    const c10::IValue& v = (*stack)[r];
+    if (v.isTensor()) results.count(v.toTensor());
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) results.count(t);
+    }
+  }
   for (size_t r = stack->size() - returns; r < stack->size(); ++r) {
     c10::IValue& v = (*stack)[r];
     if (v.isTensor()) {
@@ -529,7 +589,7 @@ at::Tensor host_alias(const at::Tensor& t) { return Aliases().host(t); }
 
 at::Tensor device_result(const at::Tensor& host, c10::DeviceIndex index) {
   Aliases none;
-  return Results{none, index, {}}.back(host);
+  return Results{none, index, {}, {}, {}}.back(host);
 }
 
 void register_kernels(torch::Library& m);

@@ -5,6 +5,7 @@
 #include "core.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -15,6 +16,8 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 namespace samedevice {
 namespace {
@@ -75,11 +78,25 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }
 
-at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) { return at::native::set_tensor_(self, source); }
-at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) { return at::native::set_(self, source); }
+// set_ resizes the storage it is given when the geometry needs more: on the storage's device, as CUDA's guard does
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  const c10::DeviceGuard guard(source.device());
+  return at::native::set_tensor_(self, source);
+}
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  const c10::DeviceGuard guard(source.device());
+  return at::native::set_(self, source);
+}
 at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int64_t offset, c10::IntArrayRef size,
                                       c10::IntArrayRef stride) {
+  const c10::DeviceGuard guard(source.device());
   return at::cpu::set_(self, source, offset, size, stride);
+}
+// `t.set_()`: an empty storage on the tensor's device (set_cuda_ in aten/src/ATen/native/cuda/TensorFactories.cu)
+at::Tensor& set_empty(at::Tensor& self) {
+  const c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
 }
 
 // `.to(device)`, `.cpu()`, `copy_` across devices: CUDA allows them all (copy_impl in aten/src/ATen/native/Copy.cpp
@@ -140,6 +157,16 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef output_padding, int64_t groups) {
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   check_input_same_type_as_parameters(input, weight, bias);
+  // then cudnn_convolution's codegen check (the type check compares device types, not indices): emulated:0 and
+  // emulated:1 mix as cuda:0 and cuda:1 do; the bias, added afterwards, meets a TensorIterator
+  std::optional<c10::Device> common;
+  std::string backend = c10::get_privateuse1_backend();
+  std::transform(backend.begin(), backend.end(), backend.begin(), ::toupper);
+  const std::string wrapper = "wrapper_" + backend + "__cudnn_convolution";
+  c10::impl::check_and_update_common_device(common, input, wrapper.c_str(), "self");
+  c10::impl::check_and_update_common_device(common, weight, wrapper.c_str(), "weight");
+  TORCH_CHECK(!bias.defined() || bias.device() == input.device(), "Expected all tensors to be on the same device, "
+              "but found at least two devices, ", input.device(), " and ", bias.device(), "!");
   auto out = at::convolution(host_alias(input), host_alias(weight), host_or_undefined(bias), stride, padding, dilation,
                              transposed, output_padding, groups);
   return device_result(out, input.device().index());
@@ -173,6 +200,7 @@ void register_kernels(torch::Library& m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
   m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
+  m.impl("set_", TORCH_FN(set_empty));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
