@@ -9,7 +9,7 @@ Every runner, a laptop and CPU-only CI included, reproduces the real device erro
 
 How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
 1. registration.py: PrivateUse1 renamed "emulated", the C++ part (guard.py builds it once, cached:
-   guard.cpp's device guard and hooks, autocast.cpp, csrc/), the device module `torch.emulated`, the
+   csrc/guard.cpp's device guard and hooks, csrc/autocast.cpp, the core), the device module `torch.emulated`, the
    current device, and the absent host; memory.py: torch.cuda's memory figures and a capacity;
 2. native.py and csrc/: the native core, a PrivateUse1 backend in C++ after PyTorch's openreg:
    allocator.cpp (host memory counted per device, OutOfMemoryError past a capacity),
@@ -21,7 +21,7 @@ How it works, one module per numbered section (after albanD/subclass_zoo's new_d
 4. cuda_only.py: the kernels CUDA has and CPU lacks (the fused LSTM and GRU cells), in CUDA's math;
    cuda_paths.py: where CUDA's kernels check dtypes CPU's do not (embedding_bag, the resizing kernels);
 5. rng.py: each device's own default generator, as CUDA's, and torch.emulated's seeding and RNG state;
-6. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; autocast.cpp:
+6. streams.py: torch.cuda's streams and events, host-synchronous, kept by the C++ guard; csrc/autocast.cpp:
    CUDA's autocast policy, registered for the device from ATen's own op lists;
 7. collectives.py: "eccl", the device's process-group backend (as NCCL is CUDA's), gloo underneath.
 Numerics are CPU's: every op runs a CPU kernel on the device's memory. The C++ part needs a C++ compiler

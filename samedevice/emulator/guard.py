@@ -1,6 +1,6 @@
 """The emulator's C++ part, compiled at first use into one library, cached, loaded before PyTorch's Python guard and
-hooks: the device guard and hooks (guard.cpp), CUDA's autocast policy (autocast.cpp), and the native core
-(csrc/: allocator, minimal kernels, the fallback).
+hooks, all of csrc/: the device guard and hooks (guard.cpp), CUDA's autocast policy (autocast.cpp), and the
+native core (allocator.cpp, kernels.cpp, fallback.cpp).
 
 Why at first use rather than at install (a torch C++ extension in the package build, the ecosystem's usual way):
 the package stays one pure-Python wheel that installs anywhere PyTorch does, a new PyTorch needs no rebuild of
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 _HERE = Path(__file__).parent
-SOURCES = (_HERE / "guard.cpp", _HERE / "autocast.cpp", *sorted((_HERE / "csrc").glob("*.cpp")))
+SOURCES = tuple(sorted((_HERE / "csrc").glob("*.cpp")))
 HEADERS = tuple(sorted((_HERE / "csrc").glob("*.h")))
 _loaded: list[ctypes.CDLL] = []  # kept alive: the registered guard lives in this library
 
