@@ -152,26 +152,30 @@ class EmulatedGloo(torch.distributed.ProcessGroup):  # the stubs type only the C
     emulated ones (gloo writes its results into them, so the emulated tensors see them)."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> None:
+        from samedevice.emulator.collectives import HeldAliases
+
         super().__init__(rank, size)  # type: ignore[call-arg]  # the Python-backend constructor
         self.gloo: Any = c10d.ProcessGroupGloo(store, rank, size, timeout)
+        self.aliases = HeldAliases()  # held until gloo's worker is done with them (see HeldAliases)
 
-    @staticmethod
-    def _cpu(tensors: Any) -> Any:
-        if isinstance(tensors, (list, tuple)):
-            return [EmulatedGloo._cpu(t) for t in tensors]
-        # a CPU tensor over the emulated tensor's memory
+    def _cpu(self, tensors: Any) -> Any:
+        # CPU tensors over the emulated tensors' memory
         from samedevice.emulator import native
 
-        return native.host(tensors)
+        if isinstance(tensors, (list, tuple)):
+            return self.aliases.made([native.host(t) if not isinstance(t, (list, tuple)) else self._cpu(t)
+                                      for t in tensors])
+        return self.aliases.made(native.host(tensors))
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        return self.gloo.allreduce(self._cpu(tensors), opts or c10d.AllreduceOptions())
+        return self.aliases.hold(self.gloo.allreduce(self._cpu(tensors), opts or c10d.AllreduceOptions()))
 
     def broadcast(self, tensors: Any, opts: Any = None) -> Any:  # type: ignore[override]
-        return self.gloo.broadcast(self._cpu(tensors), opts or c10d.BroadcastOptions())
+        return self.aliases.hold(self.gloo.broadcast(self._cpu(tensors), opts or c10d.BroadcastOptions()))
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self.gloo.allgather(self._cpu(outputs), self._cpu(inputs), opts or c10d.AllgatherOptions())
+        return self.aliases.hold(self.gloo.allgather(self._cpu(outputs), self._cpu(inputs),
+                                                     opts or c10d.AllgatherOptions()))
 
     def barrier(self, opts: Any = None) -> Any:
         return self.gloo.barrier(opts or c10d.BarrierOptions())

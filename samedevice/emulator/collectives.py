@@ -13,6 +13,7 @@ c10d's message.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +44,35 @@ def _nested(lists: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
     return [_host(inner) for inner in lists]
 
 
+class HeldAliases:
+    """The host aliases handed to gloo, held until gloo's worker thread is done with them.
+
+    A host alias is a tensor Python made (torch.ops.samedevice._host); dropped by Python while gloo's work still
+    holds it, its last release falls to gloo's worker thread, which must then take the GIL to free the Python
+    object (TensorImpl::decref_pyobject); a process group destroyed from Python at that moment joins that thread
+    while holding the GIL: both wait for ever (seen under load). So each collective's aliases are held until
+    its work was found completed at an earlier call, by which time the worker has let go of it."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[Any, Any]] = []
+        self._done: list[tuple[Any, Any]] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def made(self, aliases: Any) -> Any:
+        """Note aliases made for the collective this thread is about to start."""
+        self._local.__dict__.setdefault("pending", []).append(aliases)
+        return aliases
+
+    def hold(self, work: Any) -> Any:
+        """Hold the aliases this thread made for `work` (DDP's reducer calls from the autograd threads too)."""
+        aliases, self._local.pending = self._local.__dict__.get("pending", []), []
+        with self._lock:
+            self._done = [(w, a) for w, a in self._held if w.is_completed()]  # let go at the next call, not now
+            self._held = [(w, a) for w, a in self._held if not w.is_completed()] + [(work, aliases)]
+        return work
+
+
 class EmulatedProcessGroup(dist.ProcessGroup):
     """A process group whose one backend serves the emulated device, as a NCCL group serves CUDA."""
 
@@ -52,70 +82,81 @@ class EmulatedProcessGroup(dist.ProcessGroup):
         # what c10d (init_process_group(device_id=...)) and Lightning look up per device; the collectives
         # themselves come to this group's methods below
         self._register_backend(torch.device(NAME), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        self._aliases = HeldAliases()
 
     def getBackendName(self) -> str:
         return BACKEND
 
+    def _host(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self._aliases.made(_host(tensors))
+
+    def _nested(self, lists: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+        return self._aliases.made(_nested(lists))
+
+    def _held(self, work: Any) -> Any:
+        return self._aliases.hold(work)
+
     # c10d calls each with the options of the call (AllreduceOptions & co.), which gloo takes as they are. A
     # collective gloo lacks fails with gloo's own message.
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo.allreduce(_host(tensors), opts)
+        return self._held(self._gloo.allreduce(self._host(tensors), opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo.allreduce_coalesced(_host(tensors), opts)
+        return self._held(self._gloo.allreduce_coalesced(self._host(tensors), opts))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo.broadcast(_host(tensors), opts)
+        return self._held(self._gloo.broadcast(self._host(tensors), opts))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo.reduce(_host(tensors), opts)
+        return self._held(self._gloo.reduce(self._host(tensors), opts))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
                   opts: Any) -> Any:
-        return self._gloo.allgather(_nested(outputs), _host(inputs), opts)
+        return self._held(self._gloo.allgather(self._nested(outputs), self._host(inputs), opts))
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo._allgather_base(*_host([output, input]), opts)
+        return self._held(self._gloo._allgather_base(*self._host([output, input]), opts))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # type: ignore[override]
-        return self._gloo._allgather_base(*_host([output, input]), opts)  # all_gather_into_tensor
+        return self._held(self._gloo._allgather_base(*self._host([output, input]), opts))  # all_gather_into_tensor
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
-        return self._gloo._reduce_scatter_base(*_host([output, input]), opts)  # reduce_scatter_tensor
+        return self._held(self._gloo._reduce_scatter_base(*self._host([output, input]), opts))  # reduce_scatter_tensor
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]],  # type: ignore[override]
                             inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._gloo.allgather_coalesced(_nested(outputs), _host(inputs), opts)
+        return self._held(self._gloo.allgather_coalesced(self._nested(outputs), self._host(inputs), opts))
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
                opts: Any) -> Any:
-        return self._gloo.gather(_nested(outputs), _host(inputs), opts)
+        return self._held(self._gloo.gather(self._nested(outputs), self._host(inputs), opts))
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
                 opts: Any) -> Any:
-        return self._gloo.scatter(_host(outputs), _nested(inputs), opts)
+        return self._held(self._gloo.scatter(self._host(outputs), self._nested(inputs), opts))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
                        opts: Any) -> Any:
-        return self._gloo.reduce_scatter(_host(outputs), _nested(inputs), opts)
+        return self._held(self._gloo.reduce_scatter(self._host(outputs), self._nested(inputs), opts))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
-        return self._gloo._reduce_scatter_base(*_host([output, input]), opts)
+        return self._held(self._gloo._reduce_scatter_base(*self._host([output, input]), opts))
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
                       output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any) -> Any:
-        return self._gloo.alltoall_base(*_host([output, input]), output_split_sizes, input_split_sizes, opts)
+        hosts = self._host([output, input])
+        return self._held(self._gloo.alltoall_base(*hosts, output_split_sizes, input_split_sizes, opts))
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],  # type: ignore[override]
                  opts: Any) -> Any:
-        return self._gloo.alltoall(_host(outputs), _host(inputs), opts)
+        return self._held(self._gloo.alltoall(self._host(outputs), self._host(inputs), opts))
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Any:
-        return self._gloo.send(_host(tensors), dst, tag)
+        return self._held(self._gloo.send(self._host(tensors), dst, tag))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
-        return self._gloo.recv(_host(tensors), src, tag)
+        return self._held(self._gloo.recv(self._host(tensors), src, tag))
 
     def barrier(self, opts: Any) -> Any:  # type: ignore[override]
         return self._gloo.barrier(opts)
