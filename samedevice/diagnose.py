@@ -68,7 +68,8 @@ TEMPLATES = (
     _t("oom", "oom", r"(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
-       r"(?:GPU ?0|cuda:0)\b[^.]{0,80}\b(?:memory|space)|\b(?:memory|space)\b[^.]{0,80}(?:GPU ?0|cuda:0)\b",
+       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.]{0,80}\b(?:memory|space)"
+       r"|\b(?:memory|space)\b[^.]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
        "device 0 holds more memory than the others"),
     _t("dataparallel", "dataparallel",
        r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
