@@ -13,14 +13,23 @@ drift hits both alike, medians of repeated runs:
   torch.autocast("emulated") on the device vs under torch.autocast("cpu") on CPU, each backend's policy
   casting the same inputs.
 - per small op against CPU's own add: the target is at most 2x CPU (and a tiny step at most 1.5x).
+- the tiny step again with the autograd engine's thread hand-off taken out of both sides
+  (`torch.autograd.set_multithreading_enabled(False)`: the backward runs on the calling thread, on CPU
+  and on the device alike): the emulator's own cost. With the hand-off in, PyTorch's engine hands a
+  device's backward to that device's worker thread and back, as it does for CUDA; a trivial backward
+  on both devices shows that cost, and the machine's own thread round trip (two threads passing a
+  condition variable, C++, when a compiler is there) shows where it comes from.
 Results go to benchmarks/out/ (ignored by git) unless --save writes the recorded
 benchmarks/results/dispatch_native.json (dispatch.json is the first design's last record).
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +100,43 @@ def tiny_step(device: torch.device | None) -> Any:
     return step
 
 
+ROUND_TRIP = r"""
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+int main() {
+  std::mutex m; std::condition_variable cv; int turn = 0; const int n = 20000;
+  std::thread other([&] { for (int i = 0; i < n; i++) { std::unique_lock<std::mutex> l(m);
+    cv.wait(l, [&] { return turn == 1; }); turn = 0; cv.notify_all(); } });
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; i++) { std::unique_lock<std::mutex> l(m); turn = 1; cv.notify_all();
+    cv.wait(l, [&] { return turn == 0; }); }
+  auto t1 = std::chrono::steady_clock::now();
+  other.join();
+  std::printf("%.2f\n", std::chrono::duration<double, std::micro>(t1 - t0).count() / n);
+}
+"""
+
+
+def thread_round_trip_us() -> float | None:
+    """Microseconds for one thread to wake another and be woken back (a condition variable each way,
+    as the autograd engine's ready queues do), or None without a C++ compiler."""
+    if shutil.which("g++") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        source, binary = Path(tmp, "round_trip.cpp"), Path(tmp, "round_trip")
+        source.write_text(ROUND_TRIP)
+        subprocess.run(["g++", "-O2", "-pthread", str(source), "-o", str(binary)], check=True)
+        return float(subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout)
+
+
+def trivial_backward(device: torch.device) -> Any:
+    leaf = torch.ones(3, device=device, requires_grad=True)
+    return lambda: leaf.sum().backward()
+
+
 def main() -> None:
     args = arguments(__doc__)
     n_ops, n_steps, rounds = (200, 20, 1) if args.quick else (5000, 300, 5)
@@ -102,6 +148,8 @@ def main() -> None:
     cpu_step, emu_step, floor_step = tiny_step(torch.device("cpu")), tiny_step(dev), tiny_step(None)
     op, floor, step_cpu, step_emu, step_floor, op_cpu = [], [], [], [], [], []
     amp_cpu, amp_emu = [], []
+    own_cpu, own_emu, bwd_cpu, bwd_emu = [], [], [], []
+    cpu_bwd, emu_bwd = trivial_backward(torch.device("cpu")), trivial_backward(dev)
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     xd, wd = x.to(dev), w.to(dev)
 
@@ -120,6 +168,11 @@ def main() -> None:
         step_floor.append(per_call(floor_step, n_steps))
         amp_cpu.append(per_call(amp_linear("cpu", x, w), n_ops))
         amp_emu.append(per_call(amp_linear(emulator.NAME, xd, wd), n_ops))
+        bwd_cpu.append(per_call(cpu_bwd, n_steps))
+        bwd_emu.append(per_call(emu_bwd, n_steps))
+        with torch.autograd.set_multithreading_enabled(False):
+            own_cpu.append(per_call(cpu_step, n_steps))
+            own_emu.append(per_call(emu_step, n_steps))
     med = statistics.median
     result = {
         "op_us": round(med(op) * 1e6, 2), "floor_us": round(med(floor) * 1e6, 2),
@@ -134,6 +187,12 @@ def main() -> None:
         "tiny_step_floor_ratio": round(med(step_floor) / med(step_cpu), 3),
         "tiny_step_floor_ratio_spread": [round(min(step_floor) / max(step_cpu), 3),
                                          round(max(step_floor) / min(step_cpu), 3)],
+        "tiny_step_own_cpu_us": round(med(own_cpu) * 1e6, 1), "tiny_step_own_emulated_us": round(med(own_emu) * 1e6, 1),
+        "tiny_step_own_ratio": round(med(own_emu) / med(own_cpu), 3),
+        "tiny_step_own_ratio_spread": [round(min(own_emu) / max(own_cpu), 3), round(max(own_emu) / min(own_cpu), 3)],
+        "trivial_backward_cpu_us": round(med(bwd_cpu) * 1e6, 1),
+        "trivial_backward_emulated_us": round(med(bwd_emu) * 1e6, 1),
+        "thread_round_trip_us": thread_round_trip_us(),
         "autocast_op_cpu_us": round(med(amp_cpu) * 1e6, 2), "autocast_op_emulated_us": round(med(amp_emu) * 1e6, 2),
         "autocast_op_ratio": round(med(amp_emu) / med(amp_cpu), 3),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds, "core": "native",
@@ -143,6 +202,12 @@ def main() -> None:
           f"{result['op_cpu_ratio']}x (target <= 2x); the trivial wrapper: {result['floor_us']} us")
     print(f"tiny MLP Adam step: emulated {result['tiny_step_emulated_us']} us, cpu {result['tiny_step_cpu_us']} us, "
           f"ratio {result['tiny_step_ratio']}x (target <= 1.5x)")
+    print(f"  the emulator's own cost (the engine's thread hand-off out of both sides): emulated "
+          f"{result['tiny_step_own_emulated_us']} us, cpu {result['tiny_step_own_cpu_us']} us, ratio "
+          f"{result['tiny_step_own_ratio']}x (target <= 1.5x)")
+    print(f"  the hand-off: a trivial backward takes {result['trivial_backward_emulated_us']} us on the device, "
+          f"{result['trivial_backward_cpu_us']} us on CPU; this machine's thread round trip: "
+          f"{result['thread_round_trip_us']} us")
     print(f"  the same step with the trivial wrapper: {result['tiny_step_floor_us']} us, "
           f"{result['tiny_step_floor_ratio']}x cpu")
     print(f"a linear under autocast (bfloat16): emulated {result['autocast_op_emulated_us']} us, cpu "

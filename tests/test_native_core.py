@@ -281,6 +281,37 @@ def test_a_host_alias_keeps_its_device_memory() -> None:
     assert alias[:3].tolist() == [7.0, 7.0, 7.0]
 
 
+def test_a_view_of_a_host_alias_comes_back_as_a_view_of_the_device_tensor() -> None:
+    """A Python kernel (run_on_host) that returns a view of its argument's host alias gets, through `_device`, a view
+    of the device tensor: the same memory, counted once (it came back as a CPU tensor before)."""
+    dev = emulator.device()
+    t = torch.arange(6.0, device=dev)
+    start = emulator.memory_allocated(dev)
+    view = torch.ops.samedevice._device(torch.ops.samedevice._host(t)[2:4], 0)
+    assert view.device == dev
+    assert torch._C._is_alias_of(view, t)
+    assert view.data_ptr() == t.data_ptr() + 2 * t.element_size()
+    view.mul_(10)
+    assert t.tolist() == [0.0, 1.0, 20.0, 30.0, 4.0, 5.0]
+    assert emulator.memory_allocated(dev) == start
+
+
+def test_out_lists_resized_by_the_kernel_take_their_new_memory() -> None:
+    """An op writing a list of out= tensors that its CPU kernel resizes (unbind_copy, a foreach out=): each element
+    takes the new memory on the device, counted there, as on CPU."""
+    dev = emulator.device()
+    x = torch.arange(6.0, device=dev)
+    start = emulator.memory_allocated(dev)
+    outs = [torch.empty(0, device=dev) for _ in range(3)]
+    torch.unbind_copy(x.view(3, 2), 0, out=outs)
+    assert [o.tolist() for o in outs] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert all(o.untyped_storage().device == dev for o in outs)
+    doubled = [torch.empty(0, device=dev)]
+    torch.ops.aten._foreach_add.List_out([x], [x], out=doubled)
+    assert doubled[0].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    assert emulator.memory_allocated(dev) == start + 2 * x.nbytes
+
+
 def test_a_convolution_across_two_device_indices_raises() -> None:
     """An input on emulated:0 with a weight on emulated:1 raises as cuDNN's wrapper check raises for two GPUs."""
     with pytest.raises(RuntimeError, match=r"but got weight is on emulated:1, different from other tensors on "

@@ -263,6 +263,17 @@ at::Tensor nested_over(c10::Storage storage, c10::DispatchKey key, const at::Ten
                                                                impl->get_nested_strides(), impl->get_storage_offsets());
 }
 
+// A host alias's memory belongs to a device storage, which the alias's DataPtr holds (its context) until the alias
+// goes: a host alias handed to Python, or to gloo's asynchronous work, may outlive the call.
+void release_kept(void* kept) { delete static_cast<c10::Storage*>(kept); }
+
+// The device storage a host alias's storage lends, or nullptr for any other CPU storage (a kernel's fresh memory, a
+// CPU argument's).
+const c10::Storage* lent_by(const c10::StorageImpl* host) {
+  const auto& data = host->data_ptr();
+  return data.get_deleter() == &release_kept ? static_cast<const c10::Storage*>(data.get_context()) : nullptr;
+}
+
 // The host aliases of one call: one host storage per device storage, so that CPU's overlap checks see what CUDA's
 // would, and each result maps back to the device storage it views.
 struct Aliases {
@@ -278,11 +289,8 @@ struct Aliases {
     for (auto& p : pairs) {
       if (p.device.unsafeGetStorageImpl() == device) return p.host;
     }
-    // the alias's memory is the device storage's, which the alias keeps alive (a host alias handed to Python, or to
-    // gloo's asynchronous work, may outlive the call)
     auto* kept = new c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device));
-    c10::DataPtr borrowed(device->mutable_data(), kept, [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
-                          c10::Device(c10::kCPU));
+    c10::DataPtr borrowed(device->mutable_data(), kept, &release_kept, c10::Device(c10::kCPU));
     c10::Storage host(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
                                                             std::move(borrowed), host_alias_allocator(),
                                                             device->resizable()));
@@ -348,6 +356,9 @@ struct Results {
   // the nested arguments' size, stride and offset tensors (CPU tensors, on CUDA too), which _nested_tensor_size &
   // co. return as they are: results that stay where they are
   std::vector<const c10::TensorImpl*> metadata;
+  // `_device` only: a host alias from an earlier call (a Python kernel's view of its argument's alias) is its device
+  // storage's; in an op's own call a CPU argument stays CPU, even one that is an alias
+  bool lent = false;
 
   void count(const at::Tensor& h) {
     if (!h.defined() || !h.is_cpu() || !h.has_storage()) return;
@@ -376,7 +387,7 @@ struct Results {
                                 " devices (only dense, strided tensors are)");
     if (std::find(metadata.begin(), metadata.end(), h.unsafeGetTensorImpl()) != metadata.end()) return h;
     auto* host = h.storage().unsafeGetStorageImpl();
-    bool known = aliases.device_storage_of(host).has_value();
+    bool known = aliases.device_storage_of(host).has_value() || (lent && lent_by(host) != nullptr);
     for (const auto& [fresh, device] : adopted) known = known || fresh == host;
     if (!known && held_elsewhere(host)) return h;
     auto storage = device_storage(host);
@@ -384,9 +395,11 @@ struct Results {
     return on_device(storage, h);
   }
 
-  // the device storage a host storage is: an argument's, or fresh memory taken over (once per storage)
+  // the device storage a host storage is: an argument's, a host alias's from another call (a Python kernel's view of
+  // its argument's alias, handed to `_device`), or fresh memory taken over (once per storage)
   c10::Storage device_storage(c10::StorageImpl* host) {
     if (auto viewed = aliases.device_storage_of(host)) return *viewed;
+    if (const auto* storage = lent ? lent_by(host) : nullptr) return *storage;
     for (auto& [fresh, device] : adopted) {
       if (fresh == host) return device;
     }
@@ -589,7 +602,7 @@ at::Tensor host_alias(const at::Tensor& t) { return Aliases().host(t); }
 
 at::Tensor device_result(const at::Tensor& host, c10::DeviceIndex index) {
   Aliases none;
-  return Results{none, index, {}, {}, {}}.back(host);
+  return Results{none, index, {}, {}, {}, true}.back(host);
 }
 
 void register_kernels(torch::Library& m);
