@@ -159,6 +159,15 @@ def _normalize(text: str) -> str:
 
 INPUT_ARGUMENTS = ("mat1", "input", "index", "indices")
 WEIGHT_ARGUMENTS = ("mat2", "weight", "bias")
+# the ops a layer raises from (nn.Linear's addmm/mm, a convolution, an embedding's index_select): there mat2, weight
+# and bias are the layer's weights; in another op (bmm of two activations) they are not
+LAYER_OPS = r"(?:^|_)(?:addmm|mm|linear|matmul|conv|cudnn|mkldnn|embedding|index_select)"
+
+
+def op_is(op: str, name: str) -> bool:
+    """Whether the op a message names (`wrapper_CUDA_addmm`, `_th_bmm`, `wrapper_CUDA__foreach_add_`) is `name` or
+    a variant of it: the name at the start of one of the op's words (`mm` is not `bmm`, nor `addmm`)."""
+    return re.search(r"(?:^|_)" + re.escape(name), op) is not None
 
 
 def _side(template: Template | None, groups: dict[str, str | None]) -> str | None:
@@ -172,7 +181,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
     # checks name the common device first and the argument's second ("found ... A and B", "got device B")
-    if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS:
+    op = groups.get("op")
+    if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS and (not op or re.search(LAYER_OPS, op)):
         named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
                  "legacy_backend": groups.get("b")}.get(template.name)
         if named:
@@ -319,7 +329,10 @@ SIGNALS = {
     "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)\s*=|\b(?:self|model)\.\w+\.to\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
-    "mps": r"\bmps\b", "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
+    # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
+    "cpu_host": r"(?:map_location|\bdevice)\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
+    "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
+    "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
     "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
     "lookup_table": r"\b(?:alphas\w*|betas|sigmas|schedule\w*|timesteps?)\[",
     "batch_loop": r"for\s+[\w, ()]+\s+in\s+(?:enumerate\()?\w*(?:loader|batches)\w*",
@@ -350,32 +363,53 @@ def _call_name(node: ast.AST) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
+def _attribute_signals(node: ast.AST) -> list[str]:
+    """What an assignment to `self.<name>` in __init__ keeps: a plain tensor, or layers in a plain list or dict."""
+    if not isinstance(node, ast.Assign) or not any(
+            isinstance(t, ast.Attribute) and _call_name(t.value) == "self" for t in node.targets):
+        return []
+    value = node.value
+    if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
+        return ["plain_tensor_attr"]
+    if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
+            isinstance(c, ast.Call) and _call_name(c).startswith(("nn.", "torch.nn.")) for c in ast.walk(value)):
+        return ["plain_list_layers"]
+    return []
+
+
 def _ast_signals(tree: ast.AST) -> list[str]:
     found = []
+    # a `self.<name> = ...` outside any function: lines of a method (of __init__) pasted on their own
+    for node in getattr(tree, "body", []):
+        found += _attribute_signals(node)
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for node in ast.walk(fn):
             name = _call_name(node) if isinstance(node, ast.Call) else ""
             if fn.name == "forward" and isinstance(node, ast.Call) and name.startswith(("torch.", "np.")) \
                     and name.split(".")[-1] in FACTORIES and not any(k.arg == "device" for k in node.keywords):
                 found.append("factory_in_forward")
-            if fn.name == "__init__" and isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and _call_name(t.value) == "self" for t in node.targets):
-                value = node.value
-                if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
-                    found.append("plain_tensor_attr")
-                if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
-                        isinstance(c, ast.Call) and _call_name(c).startswith(("nn.", "torch.nn."))
-                        for c in ast.walk(value)):
-                    found.append("plain_list_layers")
+            if fn.name == "__init__":
+                found += _attribute_signals(node)
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
-             and re.search(r"model|net|module", _call_name(n).lower())]
+    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda") and _moves_a_model(n)]
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") for n in calls):
         found.append("model_never_moved")
     return found
+
+
+def _moves_a_model(call: ast.Call) -> bool:
+    """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move (a
+    tensor's move, `x.to(device)`, is not)."""
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    if receiver is None:
+        return False
+    if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) is a module
+        return _call_name(receiver).split(".")[-1][:1].isupper()
+    name = _call_name(receiver).lower()
+    return name == "self" or re.search(r"model|net|module", name) is not None
 
 
 def _text_signals(code: str) -> list[str]:
@@ -430,6 +464,29 @@ UPSTREAM = (
 
 
 @dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """A cause outside the catalog that gives a scenario's message word for word: said first, with the one check
+    that tells them apart and the scenario second, unless the input shows the scenario's case."""
+
+    template: str
+    scenario: str  # what the same message teaches in its own case
+    unless: tuple[str, ...]  # code signals that show the scenario's case
+    why: str
+
+
+ELSEWHERE = (
+    # the message gives the CPU host's fix itself ("If you are running on a CPU-only machine, please use
+    # map_location"); what it does not say is that a host with a GPU gets it too when PyTorch cannot see that GPU
+    Elsewhere("deserialize", "cuda_checkpoint_on_cpu_host", ("cpu_host", "mps"),
+              "PyTorch cannot see the accelerator here. If this host has one (a GPU machine, a worker meant to get "
+              "one), the cause is not a lesson of the catalog: python -c 'import torch; print(torch.version.cuda, "
+              "torch.cuda.is_available())' prints None for a CPU-only PyTorch build (install the CUDA build), or a "
+              "version and False for a driver PyTorch cannot use, CUDA_VISIBLE_DEVICES hiding the GPU, or a process "
+              "started without it. If the host has no accelerator by design, the scenario below is the lesson"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
 class Diagnosis:
     facts: Facts
     verdict: str  # scenario, ambiguous, not_device_error, fixed_upstream, not_in_catalog, unknown
@@ -449,12 +506,13 @@ class Diagnosis:
 def read(text: str, code: str = "") -> Facts:
     template, groups, message = read_message(text)
     devices = _devices(template, groups) if template else ()
+    version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ())
     return Facts(template=template.name if template else None, kind=template.kind if template else None,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op"), frames=frames,
                  side=_side(template, groups), site=raise_site(text),
                  code=read_code("\n".join(part for part in (code, _code_lines(text)) if part)),
-                 torch_version=read_version(text + "\n" + code))
+                 torch_version=version)
 
 
 def _code_lines(text: str) -> str:
@@ -491,11 +549,13 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if frame in clues.frames:
             total += WEIGHTS["frame"]
             why.append(f"the traceback passes through {frame.replace('_', ' ')}")
-    if facts.argument and facts.argument in clues.arguments:  # an argument only one scenario names counts double
+    # an argument counts in the scenario's ops (mat2 of nn.Linear's addmm is its weight; of a bmm it is not)
+    op_fits = not (facts.op and clues.ops) or any(op_is(facts.op, op) for op in clues.ops)
+    if facts.argument and facts.argument in clues.arguments and op_fits:  # one scenario's argument counts double
         total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments for s in registry.SCENARIOS) == 1
                                         else 1)
         why.append(f"the argument is `{facts.argument}`")
-    if facts.op and any(op in facts.op for op in clues.ops):
+    if facts.op and clues.ops and op_fits:
         total += WEIGHTS["op"]
         why.append(f"the op is `{facts.op}`")
     for signal in facts.code:
@@ -544,6 +604,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind is None and matches[0].score < FOUND:
         return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
                          "alone suggests the scenarios below")
+    for other in ELSEWHERE:  # the emulator's absent host lacks its device by design: the scenario's case
+        if facts.template == other.template and "emulated" not in facts.devices and not set(other.unless) & set(
+                facts.code):
+            return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug == other.scenario),
+                             note=other.why)
     top = tuple(matches[:3])
     # ambiguous: only the message's kind fits, or the first two differ by no more than their priors
     if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pytest_parametrize_cases import Case, parametrize_cases
 
-from benchmarks.bench_diagnose import evaluate, expected_verdict, load
+from benchmarks.bench_diagnose import HELD_OUT_PATH, evaluate, expected_verdict, load
 from samedevice import cli, diagnose, registry
 
 WORDINGS = parametrize_cases(
@@ -108,8 +108,6 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
      "not_device_error", "differ in dtype"),
     ("AssertionError: If capturable=False, state_steps should not be CUDA tensors.", "fixed_upstream",
      "fixed upstream in PyTorch 1.12.1"),
-    ("RuntimeError: Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1.",
-     "not_in_catalog", "does not teach"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
     ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
      "not_device_error", "differ in dtype"),
@@ -122,6 +120,65 @@ def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str,
     assert result.verdict == verdict
     assert note in result.note
     assert not result.found
+
+
+CPU_HOST_MESSAGE = ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is "
+                    "False. If you are running on a CPU-only machine, please use torch.load with "
+                    "map_location=torch.device('cpu') to map your storages to the CPU.")
+
+
+def test_a_checkpoint_on_an_unseen_gpu_asks_whether_the_host_has_one() -> None:
+    """The message alone cannot tell a CPU host (the lesson) from a GPU host whose PyTorch cannot see the GPU (a
+    CPU-only build, a driver: no lesson of the catalog): the second is said first, with the check that tells them
+    apart, and the lesson second, for the host without a GPU."""
+    result = diagnose.diagnose(CPU_HOST_MESSAGE)
+    assert result.verdict == "not_in_catalog"
+    assert not result.found
+    assert "torch.version.cuda" in result.note
+    assert "CPU-only PyTorch build" in result.note
+    assert [m.slug for m in result.matches] == ["cuda_checkpoint_on_cpu_host"]
+    assert "cuda_checkpoint_on_cpu_host" in diagnose.render(result)
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    (CPU_HOST_MESSAGE, 'device = torch.device("cpu")\nmodel.load_state_dict(torch.load("last.pt"))\n'),
+    (CPU_HOST_MESSAGE.replace("CUDA", "EMULATED").replace("cuda", "emulated"), ""),
+    ("RuntimeError: Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. Please use "
+     "torch.load with map_location to map your storages to an existing device.", ""),
+], ids=["code_on_a_cpu_host", "the_emulator_s_absent_host", "an_index_the_host_lacks"])
+def test_a_checkpoint_on_a_missing_device_is_the_lesson_where_the_host_lacks_it(text: str, code: str) -> None:
+    """Code that runs on CPU by design, the emulator's absent host (no device by design), and an index past the
+    host's device count (a checkpoint from cuda:1 on a one-GPU box: the page's second message) are the lesson."""
+    result = diagnose.diagnose(text, code)
+    assert result.verdict == "scenario"
+    assert result.matches[0].slug == "cuda_checkpoint_on_cpu_host"
+
+
+def test_a_bmm_s_second_argument_is_not_a_layer_s_weight() -> None:
+    """mat2 is nn.Linear's weight in addmm; in a bmm of two activations it says nothing of the model's weights, and
+    the op words match whole (`mm` is not `bmm`)."""
+    facts = diagnose.read("RuntimeError: Expected object of device type cuda but got device type cpu for argument #2 "
+                          "'mat2' in call to _th_bmm")
+    assert facts.side is None
+    assert diagnose.op_is("wrapper_CUDA_addmm", "addmm")
+    assert not diagnose.op_is("_th_bmm", "mm")
+    assert diagnose.op_is("wrapper_CUDA__foreach_add_", "_foreach")
+    linear = diagnose.read("RuntimeError: Expected object of device type cuda but got device type cpu for argument #2 "
+                           "'mat2' in call to _th_addmm")
+    assert linear.side == "weights"
+
+
+@pytest.mark.parametrize("code", [
+    "self.heads = [nn.Linear(8, 1) for _ in range(3)]\nself.to(device)\n",
+    "class Critic(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.heads = [nn.Linear(8, 1) for _ in range(3)]\n",
+], ids=["lines_of_a_method", "a_whole_class"])
+def test_layers_in_a_plain_list_are_read_in_a_fragment_too(code: str) -> None:
+    """`self.heads = [nn.Linear(...)]` pasted on its own (lines of __init__, no def around them) is read as in a
+    class; `self.to(device)` is the module's own move, not a tensor's."""
+    signals = diagnose.read_code(code)
+    assert "plain_list_layers" in signals
+    assert "model_never_moved" not in signals
 
 
 def test_code_does_not_turn_another_error_into_a_device_one() -> None:
@@ -189,13 +246,14 @@ def test_diagnose_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 # ---- the yardstick: real reports --------------------------------------------------------------------
 
 REPORTS = load()
+HELD_OUT = load(HELD_OUT_PATH)
 
 
 def test_the_reports_are_labelled_with_what_exists() -> None:
     """Every report names its source and a label that is a scenario of the catalog's table (or a verdict)."""
     known = set(registry.slugs()) | {"not_in_catalog", "fixed_upstream", "not_device_error"}
     table = (Path(__file__).parent / "data" / "README.md").read_text()
-    for r in REPORTS:
+    for r in REPORTS + HELD_OUT:
         assert r["source"].startswith("https://github.com/"), r["id"]
         assert r["error"].strip(), r["id"]
         assert r["label"] in known or f"`{r['label']}`" in table, r["id"]
@@ -208,12 +266,22 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.80, 0.91), False: (0.75, 0.86)}[with_code]  # 53 covered reports
+    floor = {True: (0.80, 0.94), False: (0.70, 0.87)}[with_code]  # 55 covered reports
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest (reports the catalog does not teach) is 17 now: the collective and DataParallel reports joined the
-    # covered ones, and a meta weight left by an offload now gets meta_param_not_materialized, the nearest lesson
-    assert result["rest_right"] >= 0.58
+    # the rest (reports the catalog does not teach) is 15 now: the two checkpoints from a device index the host
+    # lacks are the cuda_checkpoint_on_cpu_host page's second message, labelled so
+    assert result["rest_right"] >= 0.80
+
+
+@pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
+def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None:
+    """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
+    version reaches on reports its rules were not written beside."""
+    result: dict[str, Any] = evaluate(HELD_OUT, with_code)
+    assert result["top1"] >= 0.60, result["misses"]  # 15 covered reports
+    assert result["top3"] >= 0.66, result["misses"]
+    assert result["rest_right"] >= 0.28
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:
