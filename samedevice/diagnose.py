@@ -164,6 +164,10 @@ WEIGHT_ARGUMENTS = ("mat2", "weight", "bias")
 LAYER_OPS = r"(?:^|_)(?:addmm|mm|linear|matmul|conv|cudnn|mkldnn|embedding|index_select)"
 
 
+# the ops that update a state in place (an optimizer's step, an EMA): elementwise math, whole words of the op's name
+UPDATE_OPS = r"(?:^|_)(?:add|sub|mul|div|addcmul|addcdiv|lerp|sqrt|copy|maximum|foreach|fused)(?:_|$)"
+
+
 def op_is(op: str, name: str) -> bool:
     """Whether the op a message names (`wrapper_CUDA_addmm`, `_th_bmm`, `wrapper_CUDA__foreach_add_`) is `name` or
     a variant of it: the name at the start of one of the op's words (`mm` is not `bmm`, nor `addmm`)."""
@@ -393,6 +397,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda") and _moves_a_model(n)]
+    if moves:
+        found.append("model_moved")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") for n in calls):
@@ -423,6 +429,8 @@ def _text_signals(code: str) -> list[str]:
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
         found.append("plain_list_layers")
     load, move = re.search(r"load_state_dict\(", code), re.search(r"(?:model|net)\w*\.(?:to|cuda)\(", code)
+    if move is not None:
+        found.append("model_moved")
     if load and move is not None and load.start() < move.start():
         found.append("load_before_move")
     return found
@@ -529,6 +537,10 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         return None
     if facts.side is not None and clues.sides and facts.side not in clues.sides:
         return None
+    if set(clues.against) & set(facts.code):
+        return None  # the code shows what this scenario's broken code lacks
+    if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
+        return None  # state updated in place raises in the update's op, and the message names another
     sites = [f for f in clues.frames if f in RAISE_SITES]
     if facts.site is not None and sites and facts.site not in sites:
         return None  # it raises elsewhere than this scenario's broken code does

@@ -97,6 +97,7 @@ class Clues:
     arguments: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
+    against: tuple[str, ...] = ()  # code signals that rule it out (the model moved, for "the model is never moved")
     prior: float = 0.0
     confirm: str = ""
     question: str = ""
@@ -219,7 +220,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed (root cause 1), user reports", _accelerators("mismatch"),
              clues=Clues(templates=("input_weight",), sides=("weights",), frames=("layer", "embedding"),
                          arguments=("mat1", "mat2", "input", "index"), ops=("addmm", "mm", "conv", "index_select"),
-                         code=("model_never_moved", "moves_inputs"), prior=0.6,
+                         code=("model_never_moved", "moves_inputs"), against=("model_moved",), prior=0.6,
                          confirm="print(next(model.parameters()).device) beside the batch's device",
                          question=FORWARD_QUESTION)),
     # Beyond the articles: model code
