@@ -625,8 +625,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # ambiguous: only the message's kind fits, or the first two differ by no more than their priors
     if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]):
         scenario = registry.get(top[0].slug)
+        more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
+                                                         "frame that raises tells most of them apart")
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
-                         f"{scenario.clues.question}")
+                         f"{scenario.clues.question}{more}")
     return Diagnosis(facts, "scenario", top)
 
 

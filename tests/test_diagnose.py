@@ -100,6 +100,7 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     assert result.verdict == "ambiguous"
     assert len(result.matches) == 3
     assert "what tells them apart" in result.note
+    assert "paste the whole traceback" in result.note  # nothing but the message: the frames would decide
 
 
 @pytest.mark.parametrize(("text", "verdict", "note"), [
