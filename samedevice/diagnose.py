@@ -659,7 +659,10 @@ def render(d: Diagnosis) -> str:
 
 
 def summary(d: Diagnosis) -> str:
-    """A few lines for a failing test's report: the likeliest scenario, why, and the command that shows it."""
+    """A few lines for a failing test's report: the likeliest scenario, why, and the command that shows it (or the
+    cause outside the catalog said first, and the lesson for the other case)."""
+    if d.verdict == "not_in_catalog" and d.matches:
+        return f"not in the catalog, first: {d.note}\nthe lesson: samedevice show {d.matches[0].slug}"
     if not d.found:
         return ""
     top = d.matches[0]

@@ -139,6 +139,9 @@ def test_a_checkpoint_on_an_unseen_gpu_asks_whether_the_host_has_one() -> None:
     assert "CPU-only PyTorch build" in result.note
     assert [m.slug for m in result.matches] == ["cuda_checkpoint_on_cpu_host"]
     assert "cuda_checkpoint_on_cpu_host" in diagnose.render(result)
+    lines = diagnose.summary(result).splitlines()  # what a failing test's report shows
+    assert lines[0].startswith("not in the catalog, first: PyTorch cannot see the accelerator here")
+    assert lines[-1] == "the lesson: samedevice show cuda_checkpoint_on_cpu_host"
 
 
 @pytest.mark.parametrize(("text", "code"), [
