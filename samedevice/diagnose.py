@@ -60,6 +60,10 @@ TEMPLATES = (
        "a random op's generator is on another device than the tensor it fills"),
     _t("meta", "meta", r"Tensor on device meta is not on the expected device (?P<a>" + DEVICE + ")",
        "a meta tensor (no data) met a real one: weights never materialized"),
+    _t("capturable_attribute", "capturable", r"object has no attribute '_warned_capturable_if_run_uncaptured'",
+       "an optimizer whose state was loaded lacks an attribute PyTorch 1.12.0's Adam reads"),
+    _t("not_compiled", "no_cuda", r"Torch not compiled with CUDA enabled",
+       "a PyTorch built without CUDA was asked for CUDA (torch/cuda/__init__.py, _lazy_init)"),
     _t("capturable_false", "capturable", r"If capturable=False, state_steps should not be CUDA tensors",
        "Adam's `step` is on the device while the optimizer is not capturable"),
     _t("capturable_true", "capturable",
@@ -104,6 +108,14 @@ TEMPLATES = (
     _t("legacy_backend", "mismatch", r"Expected object of backend (?P<a>\w+) but got backend (?P<b>\w+)"
        r"(?: for argument #\d+ '(?P<arg>\w+)')?|expected backend (?P<a2>\w+) and dtype \w+ but got backend (?P<b2>\w+)",
        "a pre-1.5 kernel's backend check"),
+    # before 0.4 the argument parser named the tensors' types: a CUDA tensor given where the CPU self's method
+    # expects a CPU one ("add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor)")
+    _t("invalid_combination", "mismatch", r"(?P<op>\w+) received an invalid combination of arguments - got \([^)]*?"
+       r"(?P<b>torch\.cuda\.\w+Tensor)[^)]*\), but expected one of:.*?\((?:float value, )?"
+       r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
+       "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
+    _t("different_gpus", "mismatch", r"arguments are located on different GPUs",
+       "a pre-1.0 THC kernel's check: two GPUs"),
     _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch(?:\.\w+)+) but (?:found|got) (?:type )?"
        r"(?P<b>torch(?:\.\w+)+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
@@ -161,11 +173,14 @@ INPUT_ARGUMENTS = ("mat1", "input", "index", "indices")
 WEIGHT_ARGUMENTS = ("mat2", "weight", "bias")
 # the ops a layer raises from (nn.Linear's addmm/mm, a convolution, an embedding's index_select): there mat2, weight
 # and bias are the layer's weights; in another op (bmm of two activations) they are not
-LAYER_OPS = r"(?:^|_)(?:addmm|mm|linear|matmul|conv|cudnn|mkldnn|embedding|index_select)"
+LAYER_OPS = (r"(?:^|_)(?:addmm|mm|linear|matmul|conv|cudnn|mkldnn|embedding|index_select|native_layer_norm|"
+             r"layer_norm|native_batch_norm|batch_norm|native_group_norm|group_norm|instance_norm|rms_norm|prelu)")
 
 
 # the ops that update a state in place (an optimizer's step, an EMA): elementwise math, whole words of the op's name
-UPDATE_OPS = r"(?:^|_)(?:add|sub|mul|div|addcmul|addcdiv|lerp|sqrt|copy|maximum|foreach|fused)(?:_|$)"
+# (before 2.0 Adamax and amsgrad also took max and cat)
+UPDATE_OPS = (r"(?:^|_)(?:add|sub|mul|div|addcmul|addcdiv|lerp|sqrt|copy|max|maximum|cat|foreach|"
+              r"fused_(?:adamw?|sgd|adagrad))(?:_|$)")
 
 
 def op_is(op: str, name: str) -> bool:
@@ -181,7 +196,7 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     a, arg = (groups.get("a") or "").lower(), groups.get("arg")
     if template.name == "input_weight":
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
-    if template.name == "legacy_type" and arg == "other" and _device_of_legacy(a) == "cpu":
+    if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
     # checks name the common device first and the argument's second ("found ... A and B", "got device B")
@@ -215,8 +230,10 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
 def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ...]:
     found = [groups.get(k) for k in ("a", "b", "a2", "b2")]
     names = [n for n in found if n]
-    if template.name in ("input_weight", "legacy_type"):
+    if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
+    if template.name == "different_gpus":
+        names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
     if template.name == "meta":
         names.append("meta")
@@ -318,7 +335,7 @@ SIGNALS = {
     "tokenizer": r"\btokenizer\w*\(|return_tensors\s*=\s*['\"]pt|\.encode\(|\.batch_encode_plus\(",
     "pos_weight": r"\bpos_weight\s*=",
     "class_weight": r"(?:CrossEntropyLoss|NLLLoss)\([^)]*\bweight\s*=",
-    "torch_load": r"\btorch\.load\(",
+    "torch_load": r"\btorch\.load\(|\.load_from_checkpoint\(",  # Lightning's loads through torch.load
     "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
     "set_rng_state": r"set_rng_state\(",
     "default_device": r"set_default_device\(|set_default_tensor_type\(",
@@ -334,7 +351,7 @@ SIGNALS = {
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
-    "cpu_host": r"(?:map_location|\bdevice)\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
+    "cpu_host": r"(?m)(?:map_location\s*=|^\s*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
     "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
     "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
@@ -406,16 +423,32 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     return found
 
 
+def _to_a_device(call: ast.Call) -> bool:
+    """`.cuda()`, `.to(device)`, `.to("cuda:1")`: a move to an accelerator, not to the CPU nor a cast
+    (`.to(torch.float16)`, `.to(dtype=...)`)."""
+    if _call_name(call).endswith(".cuda"):
+        return True
+    for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "device")]:
+        text = ast.unparse(arg)
+        if re.fullmatch(r"torch\.(?:float|half|bfloat|double|int|long|bool|uint|complex)\w*", text) \
+                or re.search(r"['\"]cpu['\"]", text):
+            return False
+    return bool(call.args) or any(k.arg == "device" for k in call.keywords)
+
+
 def _moves_a_model(call: ast.Call) -> bool:
-    """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move (a
-    tensor's move, `x.to(device)`, is not)."""
+    """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move to an
+    accelerator (a tensor's move, `x.to(device)`, `torch.Tensor(b).to(device)`, `model_inputs.to(device)`, is not;
+    nor is `model.to(torch.float16)` or `model.to("cpu")`)."""
     receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-    if receiver is None:
+    if receiver is None or not _to_a_device(call):
         return False
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) is a module
-        return _call_name(receiver).split(".")[-1][:1].isupper()
+        name = _call_name(receiver)
+        return name.split(".")[-1][:1].isupper() and not name.startswith(("torch.", "np.", "numpy.")) \
+            and name.split(".")[-1] not in FACTORIES | {"Variable", "Parameter"}
     name = _call_name(receiver).lower()
-    return name == "self" or re.search(r"model|net|module", name) is not None
+    return name == "self" or re.search(r"(?:^|[._])(?:model|net|network|module)$", name) is not None
 
 
 def _text_signals(code: str) -> list[str]:
@@ -462,9 +495,18 @@ class Upstream:
     versions: tuple[str, ...]  # the releases that had it; an input showing another version is not it
     fixed_in: str
     why: str
+    side: str | None = None  # where the message must show this side on CPU
 
 
 UPSTREAM = (
+    # the wording is itself the version: 0.4 merged Variable and Tensor, and the parser stopped naming CUDA types
+    Upstream("mismatch", "invalid_combination", ("0.1.12", "0.2.0", "0.3.0", "0.3.1"), "0.4.0",
+             "before 0.4, Optimizer.load_state_dict left the loaded state where torch.load put it; since 0.4 it casts "
+             "each state tensor to its parameter's device (pytorch/pytorch#3658, issue #2830): a state updated in "
+             "place on CPU with a CUDA gradient", side="state"),
+    Upstream("capturable", "capturable_attribute", ("1.12.0",), "1.12.1",
+             "PyTorch 1.12.0's Adam read an attribute that an optimizer restored by load_state_dict lacked "
+             "(pytorch/pytorch#80831); 1.12.1 sets it (pytorch/pytorch#80345)"),
     Upstream("capturable", "capturable_false", ("1.12.0",), "1.12.1",
              "PyTorch 1.12.0's Optimizer.load_state_dict moved Adam's `step` onto the parameter's device, and "
              "the non-capturable step asserted it was not (pytorch/pytorch#80809); 1.12.1 keeps `step` on CPU"),
@@ -478,8 +520,9 @@ class Elsewhere:
 
     template: str
     scenario: str  # what the same message teaches in its own case
-    unless: tuple[str, ...]  # code signals that show the scenario's case
+    unless: tuple[str, ...]  # code signals (or frames) that show the scenario's case
     why: str
+    devices: tuple[str, ...] = ()  # the device kinds whose message it is (none: any)
 
 
 ELSEWHERE = (
@@ -490,7 +533,15 @@ ELSEWHERE = (
               "one), the cause is not a lesson of the catalog: python -c 'import torch; print(torch.version.cuda, "
               "torch.cuda.is_available())' prints None for a CPU-only PyTorch build (install the CUDA build), or a "
               "version and False for a driver PyTorch cannot use, CUDA_VISIBLE_DEVICES hiding the GPU, or a process "
-              "started without it. If the host has no accelerator by design, the scenario below is the lesson"),
+              "started without it. If the host has no accelerator by design, the scenario below is the lesson",
+              devices=("cuda",)),
+    # an old torch.load restored a GPU checkpoint with .cuda(), which a CPU-only build refuses in these words; so
+    # does every other .cuda() on that build
+    Elsewhere("not_compiled", "cuda_checkpoint_on_cpu_host", ("torch_load", "serialization"),
+              "this PyTorch is a CPU-only build and something asked it for CUDA (`.cuda()`, device='cuda'): on a "
+              "host with a GPU, install the CUDA build (python -c 'import torch; print(torch.version.cuda)' prints "
+              "None); on a CPU host, ask for the CPU. Raised while loading a checkpoint saved on a GPU, the scenario "
+              "below is the lesson"),
 )
 
 
@@ -537,8 +588,6 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         return None
     if facts.side is not None and clues.sides and facts.side not in clues.sides:
         return None
-    if set(clues.against) & set(facts.code):
-        return None  # the code shows what this scenario's broken code lacks
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
         return None  # state updated in place raises in the update's op, and the message names another
     sites = [f for f in clues.frames if f in RAISE_SITES]
@@ -574,6 +623,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if signal in clues.code:  # a signal only one scenario shows is the stronger evidence
             total += WEIGHTS["code"] * (2 if _claimed(signal) == 1 else 1)
             why.append(f"the code: {CODE_WHY.get(signal, signal)}")
+    for signal in set(clues.against) & set(facts.code):  # the code shows what this scenario's broken code lacks
+        total -= 2 * WEIGHTS["code"]
+        why.append(f"but the code: {CODE_WHY.get(signal, signal)}")
     total += WEIGHTS["prior"] * clues.prior
     return Match(scenario.slug, round(total, 2), tuple(why), clues.confirm, f"samedevice show {scenario.slug}")
 
@@ -588,7 +640,8 @@ CODE_WHY = {
     "without device=", "plain_tensor_attr": "a tensor is kept as a plain attribute in __init__",
     "plain_list_layers": "layers are kept in a plain list or dict", "tokenizer": "a tokenizer's output",
     "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
-    "model is not", "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
+    "model is not", "model_moved": "the model is moved to the device",
+    "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
 }
 
 
@@ -598,7 +651,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
     for bug in UPSTREAM:
-        if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions):
+        if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions) \
+                and bug.side in (None, facts.side):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
     if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
@@ -616,9 +670,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind is None and matches[0].score < FOUND:
         return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
                          "alone suggests the scenarios below")
-    for other in ELSEWHERE:  # the emulator's absent host lacks its device by design: the scenario's case
-        if facts.template == other.template and "emulated" not in facts.devices and not set(other.unless) & set(
-                facts.code):
+    for other in ELSEWHERE:
+        # the emulator's absent host lacks its device by design: the scenario's case
+        kinds = {d.split(":")[0] for d in facts.devices}
+        if facts.template == other.template and (not other.devices or kinds <= set(other.devices)) \
+                and not set(other.unless) & set(facts.code + facts.frames):
             return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug == other.scenario),
                              note=other.why)
     top = tuple(matches[:3])

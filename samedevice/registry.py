@@ -97,7 +97,7 @@ class Clues:
     arguments: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
-    against: tuple[str, ...] = ()  # code signals that rule it out (the model moved, for "the model is never moved")
+    against: tuple[str, ...] = ()  # code signals that speak against it (the model moved, for "never moved")
     prior: float = 0.0
     confirm: str = ""
     question: str = ""
@@ -310,8 +310,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("cuda_checkpoint_on_cpu_host", "A checkpoint saved on an accelerator, loaded on a host without one",
              "002 seed (torch.load keeps the saved device)",
              _accelerators("deserialize", cuda="none", mps="none", xpu="none"),
-             # both of torch.load's refusals: no such backend here, and no such index (a checkpoint from cuda:3)
-             clues=Clues(kinds=("deserialize", "deserialize_index"), pairs=(), frames=("serialization",),
+             # torch.load's refusals: no such backend here, no such index (a checkpoint from cuda:3), and an old
+             # torch.load's .cuda() on a CPU-only build
+             clues=Clues(kinds=("deserialize", "deserialize_index", "no_cuda"), pairs=(), frames=("serialization",),
                    code=("torch_load",), prior=0.5,
                    confirm="python -c 'import torch; print(torch.cuda.is_available(), torch.version.cuda)': "
                    "None is a CPU-only PyTorch build",
@@ -341,7 +342,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "beyond the articles (trainer rescue loops)", _accelerators("mismatch"),
              clues=Clues(kinds=("mismatch", "capturable"),
                    templates=("capturable_true",), frames=("optimizer_step",), arguments=("state_steps",),
-                   ops=("fused", "_foreach"), code=("capturable_fused",), prior=0.1, confirm=OPTIMIZER_CHECK,
+                   ops=("_fused_adam", "_fused_sgd", "_foreach"), code=("capturable_fused",), prior=0.1,
+                   confirm=OPTIMIZER_CHECK,
                    question="is the optimizer fused or capturable, and `step` on another device than its parameter?")),
     # oom where a budget can be set (the emulator's capacity, CUDA's memory fraction); elsewhere it runs
     Scenario("resume_oom", "A device checkpoint loaded beside the model: a second copy of the weights",

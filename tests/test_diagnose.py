@@ -51,6 +51,13 @@ WORDINGS = parametrize_cases(
          argument=None),
     Case("library_prefix", text="[rank0]: accelerate: RuntimeError: Expected all tensors to be on the same device, but "
          "found at least two devices, cuda:0 and cpu!", template="codegen", devices=("cuda:0", "cpu"), argument=None),
+    Case("pre_0_4_argument_parser", text="TypeError: add_ received an invalid combination of arguments - got (int, "
+         "torch.cuda.FloatTensor), but expected one of:\n * (float value)\n * (torch.FloatTensor other)\n * (float "
+         "value, torch.FloatTensor other)", template="invalid_combination", devices=("cpu", "cuda"), argument="other"),
+    Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
+         "THCTensorMathPointwise.cu:533", template="different_gpus", devices=("cuda:0", "cuda:1"), argument=None),
+    Case("cpu_only_build", text="AssertionError: Torch not compiled with CUDA enabled", template="not_compiled",
+         devices=(), argument=None),
 )
 
 
@@ -109,6 +116,10 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
      "not_device_error", "differ in dtype"),
     ("AssertionError: If capturable=False, state_steps should not be CUDA tensors.", "fixed_upstream",
      "fixed upstream in PyTorch 1.12.1"),
+    ("AttributeError: 'Adam' object has no attribute '_warned_capturable_if_run_uncaptured'", "fixed_upstream",
+     "fixed upstream in PyTorch 1.12.1"),
+    ("TypeError: add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor), but expected "
+     "one of:\n * (float value)\n * (torch.FloatTensor other)", "fixed_upstream", "fixed upstream in PyTorch 0.4.0"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
     ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
      "not_device_error", "differ in dtype"),
@@ -158,6 +169,19 @@ def test_a_checkpoint_on_a_missing_device_is_the_lesson_where_the_host_lacks_it(
     assert result.matches[0].slug == "cuda_checkpoint_on_cpu_host"
 
 
+def test_a_cpu_only_build_asked_for_cuda_is_the_lesson_only_in_a_load() -> None:
+    """"Torch not compiled with CUDA enabled" is any .cuda() on a CPU-only build (no lesson: install the CUDA build
+    or ask for the CPU) and, from an old torch.load, a GPU checkpoint on that build (the lesson)."""
+    message = "AssertionError: Torch not compiled with CUDA enabled"
+    bare = diagnose.diagnose(message)
+    assert bare.verdict == "not_in_catalog"
+    assert "CPU-only build" in bare.note
+    assert [m.slug for m in bare.matches] == ["cuda_checkpoint_on_cpu_host"]
+    loading = diagnose.diagnose(message, 'model = Model.load_from_checkpoint("gpu.ckpt")\n')
+    assert loading.verdict == "scenario"
+    assert loading.matches[0].slug == "cuda_checkpoint_on_cpu_host"
+
+
 def test_a_bmm_s_second_argument_is_not_a_layer_s_weight() -> None:
     """mat2 is nn.Linear's weight in addmm; in a bmm of two activations it says nothing of the model's weights, and
     the op words match whole (`mm` is not `bmm`)."""
@@ -183,6 +207,38 @@ def test_a_state_updated_in_place_raises_in_its_update_s_op() -> None:
               "and cpu! (when checking argument for argument tensors in method wrapper_CUDA___foreach_add_)")
     assert diagnose.score(diagnose.read(update), registry.get("sgd_momentum")) is not None
     assert diagnose.score(diagnose.read(bmm), registry.get("sgd_momentum")) is None
+
+
+@pytest.mark.parametrize(("code", "moved"), [
+    ("model.to(device)\n", True), ("net = Net().to(device)\n", True), ("self.cuda()\n", True),
+    ("x = torch.Tensor(batch).to(device)\n", False), ("x = Variable(x).cuda()\n", False),
+    ("model_inputs = model_inputs.to(device)\n", False), ("model.to(torch.float16)\n", False),
+    ("model.to('cpu')\n", False),
+])
+def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: bool) -> None:
+    """Only a model moved to an accelerator counts against "the model is never moved": a tensor built and moved, a
+    name that merely starts with model, a cast and a move to the CPU do not."""
+    assert ("model_moved" in diagnose.read_code(code)) is moved
+
+
+@pytest.mark.parametrize("op", ["wrapper_CUDA__native_layer_norm", "wrapper_CUDA___prelu_kernel",
+                                "wrapper_CUDA___fused_rms_norm", "wrapper_CUDA__addmm"])
+def test_a_norm_layer_s_weight_is_a_layer_s_weight(op: str) -> None:
+    """A norm layer's or PReLU's `weight` on CPU is the model's weights (and `_fused_rms_norm` is no fused optimizer)."""
+    result = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but got weight is on cpu, "
+                               f"different from other tensors on cuda:0 (when checking argument in method {op})")
+    assert result.facts.side == "weights"
+    assert "capturable_step" not in [m.slug for m in result.matches]
+
+
+def test_the_unseen_gpu_note_is_cuda_s_and_a_cpu_host_is_read_from_the_load() -> None:
+    """The CPU-only-build note is about CUDA: an MPS checkpoint on a host without MPS is the lesson. A `device='cpu'`
+    keyword on one tensor does not make a GPU script a CPU host's; `map_location='cpu'` or `device = 'cpu'` does."""
+    mps = diagnose.diagnose(CPU_HOST_MESSAGE.replace("CUDA", "MPS").replace("cuda", "mps"))
+    assert mps.verdict == "scenario"
+    gpu_script = "device = torch.device('cuda')\nmask = torch.zeros(10, device='cpu')\nckpt = torch.load('last.pt')\n"
+    assert diagnose.diagnose(CPU_HOST_MESSAGE, gpu_script).verdict == "not_in_catalog"
+    assert diagnose.diagnose(CPU_HOST_MESSAGE, "device = 'cpu'\nckpt = torch.load('last.pt')\n").verdict == "scenario"
 
 
 @pytest.mark.parametrize("code", [
@@ -296,9 +352,9 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    assert result["top1"] >= 0.60, result["misses"]  # 15 covered reports
-    assert result["top3"] >= 0.66, result["misses"]
-    assert result["rest_right"] >= 0.28
+    assert result["top1"] >= 0.51, result["misses"]  # 41 covered reports
+    assert result["top3"] >= 0.70, result["misses"]
+    assert result["rest_right"] >= 0.33
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:

@@ -186,11 +186,16 @@ def test_devices_the_emulator_lacks_are_refused(devices: Any) -> None:
 
 def test_the_device_index_is_kept_or_refused() -> None:
     """devices=[1] with the "emulated" strategy (which runs on emulated:0) is refused in one line naming the way
-    to emulated:1; trainer_kwargs("emulated:1") trains there."""
+    to emulated:1; trainer_kwargs("emulated:1") trains there. Lightning makes its root device the current one and
+    leaves it so, as with CUDA (torch.cuda.set_device in setup_device)."""
     with pytest.raises(IntegrationError, match=r"devices asks for emulated:1, the strategy runs on emulated:0"):
         _fit({"accelerator": "emulated", "strategy": "emulated", "devices": [1]}, 1)
-    model = _fit(sl.trainer_kwargs(emulator.device(1)), 1)
-    assert model.trainer.strategy.root_device == emulator.device(1)
+    try:
+        model = _fit(sl.trainer_kwargs(emulator.device(1)), 1)
+        assert model.trainer.strategy.root_device == emulator.device(1)
+        assert torch.accelerator.current_device_index() == 1
+    finally:
+        torch.accelerator.set_device_index(0)  # the tests after this one run where they expect, on emulated:0
 
 
 def test_fabric_takes_one_device() -> None:

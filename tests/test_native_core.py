@@ -3,10 +3,12 @@ could not (each item was a departure of that design), and the bugs running PyTor
 
 from __future__ import annotations
 
+import gc
 import io
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +18,15 @@ from samedevice import emulator
 from samedevice.emulator import native
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_gc() -> Any:
+    """The memory counters compared, with no other test's garbage freed meanwhile by the collector."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
 
 
 def test_device_tensors_are_plain_tensors() -> None:
@@ -98,6 +109,7 @@ def test_save_and_load_keep_the_device() -> None:
     assert torch.load(buffer, weights_only=True, map_location="cpu")["w"].device.type == "cpu"
 
 
+@pytest.mark.usefixtures("no_gc")
 def test_memory_is_counted_and_limited() -> None:
     """Allocations count on their device, a result resized through out= too, and past the capacity
     torch.OutOfMemoryError names the device."""
@@ -271,8 +283,6 @@ def test_set_and_memory_figures_follow_the_storage_s_device() -> None:
 
 def test_a_host_alias_keeps_its_device_memory() -> None:
     """A host alias (what eccl hands gloo) keeps the device memory alive after the device tensor is gone."""
-    import gc
-
     x = torch.full((1000,), 7.0, device=emulator.device())
     alias = torch.ops.samedevice._host(x)
     del x
@@ -281,6 +291,7 @@ def test_a_host_alias_keeps_its_device_memory() -> None:
     assert alias[:3].tolist() == [7.0, 7.0, 7.0]
 
 
+@pytest.mark.usefixtures("no_gc")
 def test_a_view_of_a_host_alias_comes_back_as_a_view_of_the_device_tensor() -> None:
     """A Python kernel (run_on_host) that returns a view of its argument's host alias gets, through `_device`, a view
     of the device tensor: the same memory, counted once (it came back as a CPU tensor before)."""
@@ -296,6 +307,26 @@ def test_a_view_of_a_host_alias_comes_back_as_a_view_of_the_device_tensor() -> N
     assert emulator.memory_allocated(dev) == start
 
 
+@pytest.mark.usefixtures("no_gc")
+def test_a_resized_host_alias_comes_back_counted_once() -> None:
+    """A host alias a CPU kernel resized holds device memory already: `_device` hands that memory over (counted once)
+    and the alias stays valid while Python holds it."""
+    dev = emulator.device()
+    start = emulator.memory_allocated(dev)
+    alias = torch.ops.samedevice._host(torch.arange(4.0, device=dev))
+    alias.resize_(100)
+    back = torch.ops.samedevice._device(alias, 0)
+    assert back.device == dev
+    assert back.data_ptr() == alias.data_ptr()
+    assert emulator.memory_allocated(dev) - start == 400
+    del back
+    alias.fill_(2.0)  # still its memory
+    assert emulator.memory_allocated(dev) - start == 400
+    del alias
+    assert emulator.memory_allocated(dev) == start
+
+
+@pytest.mark.usefixtures("no_gc")
 def test_out_lists_resized_by_the_kernel_take_their_new_memory() -> None:
     """An op writing a list of out= tensors that its CPU kernel resizes (unbind_copy, a foreach out=): each element
     takes the new memory on the device, counted there, as on CPU."""

@@ -120,6 +120,11 @@ HostAliasAllocator the_host_alias_allocator;
 c10::Allocator* device_allocator() { return &the_device_allocator; }
 c10::Allocator* host_alias_allocator() { return &the_host_alias_allocator; }
 
+std::optional<c10::DeviceIndex> counted_on(const c10::DataPtr& data) {
+  if (data.get_deleter() != &free_block) return std::nullopt;
+  return static_cast<const Block*>(data.get_context())->index;
+}
+
 c10::DataPtr adopt(c10::DataPtr host, size_t nbytes, c10::DeviceIndex index) {
   reserve(index, static_cast<int64_t>(nbytes));  // the host memory is freed with `host` if this raises
   return device_block(std::move(host), static_cast<int64_t>(nbytes), index);

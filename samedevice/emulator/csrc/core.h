@@ -30,6 +30,9 @@ c10::DataPtr adopt(c10::DataPtr host, size_t nbytes, c10::DeviceIndex index);
 // The allocator of a host alias's storage: when a CPU kernel resizes a device tensor (an out= result, resize_), the
 // new memory is device memory on the current device, handed back to the device storage afterwards.
 c10::Allocator* host_alias_allocator();
+// The device `data` is counted on, when it is device memory already (what the allocators above hand out: a host
+// alias a CPU kernel resized holds some); nullopt for any other memory.
+std::optional<c10::DeviceIndex> counted_on(const c10::DataPtr& data);
 
 // fallback.cpp
 // A CPU tensor over `t`'s memory, with its sizes, strides and offset (one host storage per device storage).

@@ -271,7 +271,16 @@ void release_kept(void* kept) { delete static_cast<c10::Storage*>(kept); }
 // CPU argument's).
 const c10::Storage* lent_by(const c10::StorageImpl* host) {
   const auto& data = host->data_ptr();
-  return data.get_deleter() == &release_kept ? static_cast<const c10::Storage*>(data.get_context()) : nullptr;
+  if (data.get_deleter() != &release_kept) return nullptr;
+  const auto* kept = static_cast<const c10::Storage*>(data.get_context());
+  // an alias of memory its device storage has since given up (the device tensor resized) lends nothing
+  return kept->data() == data.get() ? kept : nullptr;
+}
+
+// A CPU storage borrowing `device`'s memory and keeping it alive (a host alias's DataPtr).
+c10::DataPtr borrowing(const c10::Storage& device) {
+  return c10::DataPtr(device.unsafeGetStorageImpl()->mutable_data(), new c10::Storage(device), &release_kept,
+                      c10::Device(c10::kCPU));
 }
 
 // The host aliases of one call: one host storage per device storage, so that CPU's overlap checks see what CUDA's
@@ -289,8 +298,7 @@ struct Aliases {
     for (auto& p : pairs) {
       if (p.device.unsafeGetStorageImpl() == device) return p.host;
     }
-    auto* kept = new c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device));
-    c10::DataPtr borrowed(device->mutable_data(), kept, &release_kept, c10::Device(c10::kCPU));
+    c10::DataPtr borrowed = borrowing(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device)));
     c10::Storage host(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
                                                             std::move(borrowed), host_alias_allocator(),
                                                             device->resizable()));
@@ -387,7 +395,8 @@ struct Results {
                                 " devices (only dense, strided tensors are)");
     if (std::find(metadata.begin(), metadata.end(), h.unsafeGetTensorImpl()) != metadata.end()) return h;
     auto* host = h.storage().unsafeGetStorageImpl();
-    bool known = aliases.device_storage_of(host).has_value() || (lent && lent_by(host) != nullptr);
+    bool known = aliases.device_storage_of(host).has_value() ||
+                 (lent && (lent_by(host) != nullptr || counted_on(host->data_ptr()).has_value()));
     for (const auto& [fresh, device] : adopted) known = known || fresh == host;
     if (!known && held_elsewhere(host)) return h;
     auto storage = device_storage(host);
@@ -403,10 +412,17 @@ struct Results {
     for (auto& [fresh, device] : adopted) {
       if (fresh == host) return device;
     }
-    c10::Storage device(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), host->nbytes(),
-        adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index),
-        device_allocator(), host->resizable()));
+    auto counted = counted_on(host->data_ptr());
+    c10::DataPtr data;
+    if (counted) {  // device memory already (an alias a CPU kernel resized): handed over, not counted again
+      data = std::move(host->mutable_data_ptr());
+      data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, *counted));
+    } else {
+      data = adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index);
+    }
+    c10::Storage device(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), host->nbytes(),
+                                                              std::move(data), device_allocator(), host->resizable()));
+    if (counted) host->set_data_ptr_noswap(borrowing(device));  // the alias, which Python may hold, stays valid
     adopted.emplace_back(host, device);
     return device;
   }
