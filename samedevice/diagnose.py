@@ -461,7 +461,12 @@ def _text_signals(code: str) -> list[str]:
         found.append("plain_tensor_attr")
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
         found.append("plain_list_layers")
-    load, move = re.search(r"load_state_dict\(", code), re.search(r"(?:model|net)\w*\.(?:to|cuda)\(", code)
+    # a model's move as the ast rule reads it (_moves_a_model): `self`, a name ending in model/net/module or a class
+    # built and moved at once, moved to something that is neither a dtype nor the CPU
+    load = re.search(r"load_state_dict\(", code)
+    move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)"
+                     r"[A-Z]\w*\([^()\n]*\))\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|"
+                     r"bfloat|double|int|long|bool)|dtype\s*=|['\"]cpu|\))))", code)
     if move is not None:
         found.append("model_moved")
     if load and move is not None and load.start() < move.start():

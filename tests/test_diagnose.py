@@ -215,10 +215,12 @@ def test_a_state_updated_in_place_raises_in_its_update_s_op() -> None:
     ("model_inputs = model_inputs.to(device)\n", False), ("model.to(torch.float16)\n", False),
     ("model.to('cpu')\n", False),
 ])
-def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: bool) -> None:
+@pytest.mark.parametrize("fragment", [False, True], ids=["parsed", "read_as_text"])
+def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: bool, fragment: bool) -> None:
     """Only a model moved to an accelerator counts against "the model is never moved": a tensor built and moved, a
-    name that merely starts with model, a cast and a move to the CPU do not."""
-    assert ("model_moved" in diagnose.read_code(code)) is moved
+    name that merely starts with model, a cast and a move to the CPU do not; alike where the code parses and in a
+    fragment read as text."""
+    assert ("model_moved" in diagnose.read_code(code + ("if ready:\n" if fragment else ""))) is moved
 
 
 @pytest.mark.parametrize("op", ["wrapper_CUDA__native_layer_norm", "wrapper_CUDA___prelu_kernel",

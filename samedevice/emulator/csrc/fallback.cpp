@@ -283,6 +283,14 @@ c10::DataPtr borrowing(const c10::Storage& device) {
                       c10::Device(c10::kCPU));
 }
 
+// A host storage's memory that is device memory already (a host alias a CPU kernel resized: the host alias
+// allocator's), taken out of it to become a device storage's, counted where it was.
+c10::DataPtr take_device_memory(c10::StorageImpl* host, c10::DeviceIndex index) {
+  c10::DataPtr data = std::move(host->mutable_data_ptr());
+  data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, index));
+  return data;
+}
+
 // The host aliases of one call: one host storage per device storage, so that CPU's overlap checks see what CUDA's
 // would, and each result maps back to the device storage it views.
 struct Aliases {
@@ -325,9 +333,7 @@ struct Aliases {
       auto* host = p.host.unsafeGetStorageImpl();
       auto* device = p.device.unsafeGetStorageImpl();
       if (host->data() == device->data()) continue;
-      c10::DataPtr data = std::move(host->mutable_data_ptr());
-      data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, index));
-      device->set_data_ptr_noswap(std::move(data));
+      device->set_data_ptr_noswap(take_device_memory(host, index));
       device->set_nbytes(host->nbytes());
       host->set_data_ptr_noswap(c10::DataPtr(device->mutable_data(), c10::Device(c10::kCPU)));
     }
@@ -413,13 +419,10 @@ struct Results {
       if (fresh == host) return device;
     }
     auto counted = counted_on(host->data_ptr());
-    c10::DataPtr data;
-    if (counted) {  // device memory already (an alias a CPU kernel resized): handed over, not counted again
-      data = std::move(host->mutable_data_ptr());
-      data.unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, *counted));
-    } else {
-      data = adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), host->nbytes(), index);
-    }
+    // device memory already (an alias a CPU kernel resized) is handed over, not counted again
+    c10::DataPtr data = counted ? take_device_memory(host, *counted)
+                                : adopt(host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))),
+                                        host->nbytes(), index);
     c10::Storage device(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), host->nbytes(),
                                                               std::move(data), device_allocator(), host->resizable()));
     if (counted) host->set_data_ptr_noswap(borrowing(device));  // the alias, which Python may hold, stays valid
