@@ -69,7 +69,7 @@ class Misplaced:
     shape: tuple[int, ...] | None  # None for a lazy module's uninitialized parameter
     # module (a parameter or buffer: moves with its module), state (optimizer state), attribute (a plain
     # tensor attribute of a module), stranded (in a layer kept in a plain container), param (a parameter
-    # only an optimizer holds), param_group (lr and the like), batch (anything else)
+    # only an optimizer holds), param_group (a tensor lr, an optimizer's running sum), batch (anything else)
     kind: str = dataclasses.field(default="", compare=False)
     fix: str = dataclasses.field(default="", compare=False)
 
@@ -403,8 +403,10 @@ class _Walker:
             yield from self.walk(state, f"{path}.state[{name}]", _Held("state", OPTIMIZER_TO, param=param), step_rule)
         orphan = _Held("param", "no module passed holds this parameter: pass its module, or build the optimizer "
                                 "from the model's final parameters, after model.to(device)")
-        setting = _Held("param_group", "a param_groups entry is your code's setting: give a float, or a tensor "
-                                       "made on the device")
+        setting = _Held("param_group", "optimizer.load_state_dict never moves a param_groups entry (it casts only "
+                                       "optimizer.state): a setting of yours, give a float or a tensor made on the "
+                                       "device; an optimizer's own running tensor (Prodigy's d), move it to the "
+                                       "params' device after each load (samedevice show param_group_tensor)")
         for g, group in enumerate(optimizer.param_groups):
             for entry, value in group.items():
                 if entry == "params":  # a parameter a module passed holds is named (and moved) by the module

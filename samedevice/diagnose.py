@@ -37,7 +37,8 @@ DEVICE = r"(?:cuda|mps|xpu|emulated|npu|hpu|privateuseone|meta|cpu)(?::\d+)?"
 @dataclasses.dataclass(frozen=True)
 class Template:
     name: str
-    kind: str  # mismatch, deserialize, rng, generator, meta, oom, capturable, dataparallel, ddp, collective, dtype
+    kind: str  # mismatch, deserialize, rng, generator, meta, meta_copy, oom, capturable, dataparallel, ddp, collective,
+    # numpy, dtype
     pattern: re.Pattern[str]
     why: str
 
@@ -50,7 +51,8 @@ def _t(name: str, kind: str, pattern: str, why: str) -> Template:
 TEMPLATES = (
     _t("deserialize_index", "deserialize_index", r"Attempting to deserialize object on (?P<a>\w+) device \d+ but "
        r"torch\.\w+\.device_count\(\) is \d+", "torch.load met a device index this host does not have"),
-    _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device",
+    _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device"
+       r"|If you are running on a CPU-only machine, please use torch\.load with map_location",
        "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
     _t("rng_state", "rng",
        r"RNG state must be a torch\.ByteTensor|expected a torch\.ByteTensor, but got torch\.\w+\.ByteTensor",
@@ -60,6 +62,13 @@ TEMPLATES = (
        "a random op's generator is on another device than the tensor it fills"),
     _t("meta", "meta", r"Tensor on device meta is not on the expected device (?P<a>" + DEVICE + ")",
        "a meta tensor (no data) met a real one: weights never materialized"),
+    # a meta tensor copied to a real device: `module.to(device)` of a model built on meta, or a tensor made on a
+    # device read from meta (offloaded) weights (aten/src/ATen/native/Copy.cpp, copy_impl)
+    _t("meta_copy", "meta_copy", r"Cannot copy out of meta tensor; no data",
+       "a meta tensor (no data) was copied to a real device"),
+    # a device tensor handed to numpy, which reads host memory (torch/_tensor.py, Tensor.numpy's check)
+    _t("numpy", "numpy", r"can't convert (?P<a>" + DEVICE + r") device type tensor to numpy",
+       "a device tensor handed to numpy"),
     _t("capturable_attribute", "capturable", r"object has no attribute '_warned_capturable_if_run_uncaptured'",
        "an optimizer whose state was loaded lacks an attribute PyTorch 1.12.0's Adam reads"),
     _t("not_compiled", "no_cuda", r"Torch not compiled with CUDA enabled",
@@ -114,6 +123,21 @@ TEMPLATES = (
        r"(?P<b>torch\.cuda\.\w+Tensor)[^)]*\), but expected one of:.*?\((?:float value, )?"
        r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
+    # 1.x's TensorUtils checks (checkSameGPU, checkDeviceType), kept by cuDNN's and a few other kernels
+    _t("same_gpu", "mismatch", r"Tensor for argument #\d+ '(?P<arg>\w+)' is on (?P<b>CPU), (?:Tensor for argument #\d+ "
+       r"'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU) \(while checking arguments for (?P<op>\w+)\)",
+       "a 1.x kernel's check that its arguments are on the GPU (TensorUtils.cpp, checkSameGPU)"),
+    _t("same_gpu_index", "mismatch", r"Expected tensor for argument #\d+ '(?P<arg>\w+)' to have the same device as "
+       r"tensor for argument #\d+ '\w+'; but device (?P<a>\d+) does not equal (?P<b>\d+)"
+       r"(?: \(while checking arguments for (?P<op>\w+)\))?",
+       "a 1.x kernel's check that its arguments are on one GPU (TensorUtils.cpp, checkSameGPU)"),
+    _t("device_type", "mismatch", r"Expected tensor(?: for argument #\d+ '(?P<arg>\w+)')? to have (?P<a>\w+) "
+       r"DeviceType, but got tensor with (?P<b>\w+) DeviceType(?: \(while checking arguments for (?P<op>\w+))?",
+       "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType)"),
+    # before 0.4 a CUDA THNN function (a loss's, a layer's) named the types it got: a CPU one among them
+    _t("thnn_cpu_argument", "mismatch", r"Cuda(?P<op>\w+?)_update\w+ received an invalid combination of arguments - "
+       r"got \((?=[^)]*torch\.cuda\.\w+Tensor)(?=[^)]*(?<![.\w])(?P<b>torch\.(?!cuda)[A-Z]\w*))",
+       "a pre-0.4 CUDA THNN function given a CPU tensor"),
     _t("different_gpus", "mismatch", r"arguments are located on different GPUs",
        "a pre-1.0 THC kernel's check: two GPUs"),
     _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch(?:\.\w+)+) but (?:found|got) (?:type )?"
@@ -203,7 +227,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     op = groups.get("op")
     if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS and (not op or re.search(LAYER_OPS, op)):
         named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
-                 "legacy_backend": groups.get("b")}.get(template.name)
+                 "legacy_backend": groups.get("b"), "same_gpu": groups.get("b"),
+                 "device_type": groups.get("b")}.get(template.name)
         if named:
             return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
     return None
@@ -232,10 +257,16 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n for n in found if n]
     if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
+    if template.name == "same_gpu":
+        names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on
+    if template.name == "same_gpu_index":
+        names = [f"cuda:{n}" for n in names]
+    if template.name == "thnn_cpu_argument":
+        names = ["cuda", "cpu"]
     if template.name == "different_gpus":
         names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
-    if template.name == "meta":
+    if template.name in ("meta", "meta_copy"):
         names.append("meta")
     return tuple(dict.fromkeys(names))
 
@@ -263,6 +294,9 @@ FRAMES = {
     "dataparallel": (r"torch[/\\]nn[/\\]parallel[/\\](?:data_parallel|scatter_gather)\.py", None),
     "collective": (r"torch[/\\]distributed[/\\]distributed_c10d\.py", None),
     "ema": (r"ema", r"\w*ema\w*|update|step"),
+    # the step of an optimizer outside torch.optim: a file or package named for one (torch/amp's scaler aside)
+    "custom_optimizer_step": (r"^(?!.*\btorch[/\\])(?:.*optim\w*[/\\].*|.*(?:optim|prodigy|adam|sgd|lion|lamb|"
+                              r"novograd|dadapt|adafactor|sophia|schedule_?free)\w*\.py)$", r"step"),
     # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
     "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
 }
@@ -281,7 +315,8 @@ CALL_LINES = {
 
 
 # where an error can be raised: the deepest of these frames in a traceback is where this one was
-RAISE_SITES = ("optimizer_step", "loss", "layer", "embedding", "rnn", "serialization", "rng", "sampler", "ema")
+RAISE_SITES = ("optimizer_step", "custom_optimizer_step", "loss", "layer", "embedding", "rnn", "serialization", "rng",
+               "sampler", "ema")
 
 
 def raise_site(text: str) -> str | None:
@@ -353,6 +388,10 @@ SIGNALS = {
     # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
     "cpu_host": r"(?m)(?:map_location\s*=|^\s*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
+    # a tensor put in an optimizer's param group, and an optimizer of one's own
+    "group_tensor": r"(?:\bgroup\w*|param_groups\[[^\]]*\])\[\s*['\"]\w+['\"]\s*\]\s*=\s*torch\.(?:"
+                    + "|".join(FACTORIES) + r")\(",
+    "custom_optimizer": r"\bclass\s+\w+\(\s*(?:torch\.optim\.|optim\.)?Optimizer\s*\)",
     "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
     "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
     "lookup_table": r"\b(?:alphas\w*|betas|sigmas|schedule\w*|timesteps?)\[",
@@ -572,6 +611,8 @@ def read(text: str, code: str = "") -> Facts:
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ())
+    if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
+        frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     return Facts(template=template.name if template else None, kind=template.kind if template else None,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op"), frames=frames,
                  side=_side(template, groups), site=raise_site(text),
@@ -646,7 +687,15 @@ CODE_WHY = {
     "plain_list_layers": "layers are kept in a plain list or dict", "tokenizer": "a tokenizer's output",
     "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
     "model is not", "model_moved": "the model is moved to the device",
+    "group_tensor": "a tensor is put in an optimizer's param group", "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
+}
+
+
+# device errors of a kind no scenario raises, and what they mean
+NOT_TAUGHT = {
+    "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
+             "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
 
 
@@ -670,8 +719,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                      key=lambda m: -m.score)
     matches = [m for m in matches if m.score > 0]
     if not matches or (facts.kind is not None and matches[0].score < WEIGHTS["kind"]):
-        return Diagnosis(facts, "not_in_catalog", note="a device error the catalog does not teach; the facts above "
-                         "are what it shows")
+        return Diagnosis(facts, "not_in_catalog", note=NOT_TAUGHT.get(facts.kind or "", "a device error the catalog "
+                         "does not teach; the facts above are what it shows"))
     if facts.kind is None and matches[0].score < FOUND:
         return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
                          "alone suggests the scenarios below")

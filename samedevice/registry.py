@@ -183,7 +183,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                    confirm=OPTIMIZER_CHECK, question=STEP_QUESTION)),
     Scenario("wrong_load_order", "Every order of the four resume steps, predicted and checked",
              "002 seed table, 000 seed", _accelerators("mismatch"),
-             clues=Clues(sides=("state",), frames=("optimizer_step", "sgd_step", "adam_step", "optimizer_load"),
+             clues=Clues(sides=("state",), frames=("optimizer_step", "sgd_step", "adam_step", "optimizer_load",
+                                                   "custom_optimizer_step"),
                    code=("optimizer_load", "load_before_move", "sgd", "adam", "adagrad"), prior=0.4,
                    confirm=OPTIMIZER_CHECK, question=STEP_QUESTION)),
     Scenario("bce_pos_weight", "BCEWithLogitsLoss built with a CPU pos_weight and never moved",
@@ -270,7 +271,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                          question="is the model split over two devices (device_map, a submodule moved by itself)?")),
     Scenario("offload_device_read", "Offloaded weights asked for the model's device: a parameter says cpu, the "
              "model runs on the accelerator", "user reports (offload)", _accelerators("mismatch"),
-             clues=Clues(pairs=("accelerator_cpu", "accelerator_meta"), code=("offload", "device_check"), prior=0.2,
+             clues=Clues(kinds=("mismatch", "meta_copy"), pairs=("accelerator_cpu", "accelerator_meta"),
+                         code=("offload", "device_check"), prior=0.2,
                          confirm="print(next(model.parameters()).device) beside the output's device: cpu (or meta) "
                          "and the accelerator",
                          question="are the weights offloaded (cpu_offload, enable_model_cpu_offload, a device map "
@@ -284,7 +286,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "device than the one it runs on?")),
     Scenario("meta_param_not_materialized", "A model built on meta and loaded without assign=True: its weights "
              "stay on meta (on CPU too)", "user reports", _accelerators("meta", cpu="meta"),
-             clues=Clues(kinds=("meta",), pairs=("accelerator_meta",), code=("meta", "optimizer_load"), prior=0.5,
+             clues=Clues(kinds=("meta", "meta_copy"), pairs=("accelerator_meta",), code=("meta", "optimizer_load"),
+                         prior=0.5,
                          confirm="print({p.device for p in model.parameters()}): meta among them",
                          question="was the model built on meta (torch.device('meta'), init_empty_weights, "
                          "low_cpu_mem_usage) and loaded without assign=True?")),
@@ -338,6 +341,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              clues=Clues(sides=("state",), frames=("ema",), code=("ema",), prior=0.2,
                    confirm="audit.misplaced(device, ema=ema) names the shadow weights",
                    question="does it raise in the EMA update?")),
+    Scenario("param_group_tensor", "An optimizer's tensor kept in param_groups: load_state_dict never moves it",
+             "user reports (Prodigy, D-Adaptation, apex)", _accelerators("mismatch"),
+             clues=Clues(sides=("state",), frames=("custom_optimizer_step",), code=("group_tensor", "custom_optimizer"),
+                   prior=0.1,
+                   confirm="audit.misplaced(device, optimizer=optimizer) names optimizer.param_groups[g]['<key>']",
+                   question="is the optimizer a third-party one (Prodigy, D-Adaptation, apex), keeping a tensor in "
+                   "its param_groups rather than in optimizer.state?")),
     Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
              "beyond the articles (trainer rescue loops)", _accelerators("mismatch"),
              clues=Clues(kinds=("mismatch", "capturable"),

@@ -58,6 +58,21 @@ WORDINGS = parametrize_cases(
          "THCTensorMathPointwise.cu:533", template="different_gpus", devices=("cuda:0", "cuda:1"), argument=None),
     Case("cpu_only_build", text="AssertionError: Torch not compiled with CUDA enabled", template="not_compiled",
          devices=(), argument=None),
+    Case("tensor_utils_same_gpu", text="RuntimeError: Tensor for argument #1 'input' is on CPU, Tensor for argument #2 "
+         "'weight' is on CPU, but expected them to be on GPU (while checking arguments for cudnn_convolution)",
+         template="same_gpu", devices=("cuda", "cpu"), argument="input"),
+    Case("tensor_utils_gpu_index", text="RuntimeError: Expected tensor for argument #1 'input' to have the same device "
+         "as tensor for argument #2 'weight'; but device 1 does not equal 0 (while checking arguments for "
+         "cudnn_convolution)", template="same_gpu_index", devices=("cuda:1", "cuda:0"), argument="input"),
+    Case("tensor_utils_device_type", text="RuntimeError: Expected tensor for argument #1 'indices' to have cuda "
+         "DeviceType, but got tensor with cpu DeviceType (while checking arguments for embedding_backward)",
+         template="device_type", devices=("cuda", "cpu"), argument="indices"),
+    Case("deserialize_second_sentence", text="If you are running on a CPU-only machine, please use torch.load with "
+         "map_location=torch.device('cpu') to map your storages to the CPU.", template="deserialize", devices=(),
+         argument=None),
+    Case("thnn_criterion", text="TypeError: CudaBCECriterion_updateOutput received an invalid combination of arguments "
+         "- got (int, torch.cuda.FloatTensor, torch.cuda.FloatTensor, torch.cuda.FloatTensor, bool, torch.FloatTensor)",
+         template="thnn_cpu_argument", devices=("cuda", "cpu"), argument=None),
 )
 
 
@@ -263,6 +278,58 @@ def test_code_does_not_turn_another_error_into_a_device_one() -> None:
     assert not result.found
 
 
+def test_what_pytorch_raises_on_a_meta_model_s_move_and_a_device_tensor_s_numpy_is_read() -> None:
+    """The messages as PyTorch raises them: `.to(device)` of a model built on meta (meta_param_not_materialized's
+    mechanism, or offloaded weights), and `.numpy()` of a device tensor (a device error the catalog does not
+    teach, said so with what to do)."""
+    import torch
+
+    from samedevice import emulator
+
+    with torch.device("meta"):
+        model = torch.nn.Linear(2, 2)
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor") as meta:
+        model.to(emulator.device())
+    result = diagnose.diagnose(f"{meta.type.__name__}: {meta.value}")
+    assert result.facts.template == "meta_copy"
+    assert result.matches[0].slug == "meta_param_not_materialized"
+    assert {m.slug for m in result.matches} == {"meta_param_not_materialized", "offload_device_read"}
+    with pytest.raises(TypeError, match="numpy") as numpy:
+        torch.ones(2, device=emulator.device()).numpy()
+    result = diagnose.diagnose(f"{numpy.type.__name__}: {numpy.value}")
+    assert (result.verdict, result.facts.devices) == ("not_in_catalog", ("emulated:0",))
+    assert ".cpu().numpy()" in result.note
+    assert not result.matches
+
+
+THIRD_PARTY_STEP = """Traceback (most recent call last):
+  File "train.py", line 88, in <module>
+    optimizer.step()
+  File "/usr/lib/python3.10/site-packages/torch/optim/optimizer.py", line 487, in wrapper
+    out = func(*args, **kwargs)
+  File "/usr/lib/python3.10/site-packages/dadaptation/dadapt_adam.py", line 153, in step
+    d_numerator.add_(torch.dot(grad, s))
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+
+
+def test_a_third_party_optimizer_s_step_is_not_torch_optim_s() -> None:
+    """Raised in the step of an optimizer outside torch.optim: its state left behind by the load order, or a tensor
+    in its param groups that no load moves; never SGD's or Adam's own. Code that puts a tensor in a group decides."""
+    facts = diagnose.read(THIRD_PARTY_STEP)
+    assert facts.site == "custom_optimizer_step"
+    slugs = [m.slug for m in diagnose.diagnose(THIRD_PARTY_STEP).matches]
+    assert {"wrong_load_order", "param_group_tensor"} <= set(slugs)
+    assert not {"sgd_momentum", "adam_exp_avg"} & set(slugs)
+    code = ("class Prodigy(torch.optim.Optimizer):\n    def step(self, closure=None):\n        group = self.param_groups[0]\n"
+            "        if 'd_numerator' not in group:\n            group['d_numerator'] = torch.tensor([0.0])\n")
+    for text in (THIRD_PARTY_STEP, THIRD_PARTY_STEP.splitlines()[-1]):
+        result = diagnose.diagnose(text, code)
+        assert (result.verdict, result.matches[0].slug) == ("scenario", "param_group_tensor")
+    assert "param group" in " ".join(result.matches[0].why)
+    gym = diagnose.read(THIRD_PARTY_STEP.replace("dadaptation/dadapt_adam.py", "gym/core.py"))
+    assert gym.site is None  # a step that is not an optimizer's
+
+
 def test_pytest_frames_are_read() -> None:
     """Frames as pytest prints them (`path.py:116: in forward`) count as frames and as the raise site."""
     text = ("../site-packages/torch/nn/modules/linear.py:116: in forward\n    return F.linear(input, self.weight)\n"
@@ -354,9 +421,12 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    assert result["top1"] >= 0.51, result["misses"]  # 41 covered reports
-    assert result["top3"] >= 0.70, result["misses"]
-    assert result["rest_right"] >= 0.33
+    # 69 covered reports, three batches; four that were "not in the catalog" name param_group_tensor's mechanism
+    # since it landed (three bare messages and a fused kernel's crash, which stay misses)
+    floor = {True: (0.43, 0.58), False: (0.42, 0.59)}[with_code]
+    assert result["top1"] >= floor[0], result["misses"]
+    assert result["top3"] >= floor[1], result["misses"]
+    assert result["rest_right"] >= 0.35
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:

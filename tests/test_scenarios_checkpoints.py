@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import io
 import tempfile
 from pathlib import Path
 
@@ -278,6 +279,70 @@ def test_ema_shadow_averaged_model_first_update_copies() -> None:
         model.fc1.weight.add_(1.0)
     ema.update_parameters(model)
     torch.testing.assert_close(ema.module.fc1.weight, model.fc1.weight - 0.9)
+
+
+# ---- param_group_tensor --------------------------------------------------------------------------
+
+
+def test_param_group_tensor_load_casts_state_not_groups(accelerator: torch.device) -> None:
+    """One load from a CPU-mapped file: the momentum buffers go to their parameters' device, the group's
+    tensor stays as the file had it, on CPU (Optimizer.load_state_dict's update_group)."""
+    model = harness.new_model().to(accelerator)
+    optimizer = torch.optim.SGD(model.parameters(), lr=harness.LR, momentum=0.9)
+    harness.train(model, optimizer, harness.batches()[:1], accelerator)
+    optimizer.param_groups[0]["d"] = torch.ones(1, device=accelerator)
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    buffer.seek(0)
+    optimizer.load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
+    assert {s["momentum_buffer"].device.type for s in optimizer.state.values()} == {accelerator.type}
+    assert optimizer.param_groups[0]["d"].device == CPU
+
+
+def test_param_group_tensor_zero_dim_still_raises(accelerator: torch.device, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0-dim CPU tensor is a scalar a device op may read, but not one it may write: a 0-dim running sum
+    fails the resume as well, at its in-place update."""
+    case = registry.get("param_group_tensor").case()
+    norm = torch.ones(3, device=accelerator).square().sum()
+    assert (norm * torch.ones(())).device.type == accelerator.type  # read: it mixes
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(()).add_(norm)  # written: it does not
+
+    class ZeroDim(case.AdaGradNorm):
+        def step(self):
+            for group in self.param_groups:
+                group.setdefault("sum_sq", torch.full((), group["b0"] ** 2, device=group["params"][0].device))
+            super().step()
+
+    monkeypatch.setattr(case, "make_optimizer", lambda params: ZeroDim(params, lr=harness.LR))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        case.run(accelerator, tmp_path)
+
+
+def test_param_group_tensor_no_map_location(accelerator: torch.device, tmp_path: Path) -> None:
+    """Loaded without map_location, the group's tensor returns to the device it was saved on, and the broken
+    optimizer resumes there and matches the reference: the bug shows once the file is loaded elsewhere."""
+    case = registry.get("param_group_tensor").case()
+    path = harness.write_checkpoint(tmp_path, case.make_optimizer, accelerator)
+    model = harness.new_model().to(accelerator)
+    optimizer = case.make_optimizer(model.parameters())
+    checkpoint = torch.load(path, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    assert optimizer.param_groups[0]["sum_sq"].device.type == accelerator.type
+    assert_same_params(harness.finish(model, optimizer, accelerator), case.reference(), exact=False)
+
+
+def test_param_group_tensor_hook_runs_on_every_load(accelerator: torch.device, tmp_path: Path) -> None:
+    """The fix's post-hook moves the group's tensor after each load, a second one (a trainer's) included."""
+    fix = registry.get("param_group_tensor").fix()
+    path = harness.write_checkpoint(tmp_path, fix.make_optimizer, accelerator)
+    _, optimizer = fix.resume(path, accelerator)
+    assert optimizer.param_groups[0]["sum_sq"].device.type == accelerator.type
+    optimizer.param_groups[0]["sum_sq"] = optimizer.param_groups[0]["sum_sq"].cpu()
+    optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["optimizer"])
+    assert optimizer.param_groups[0]["sum_sq"].device.type == accelerator.type
 
 
 # ---- capturable_step -----------------------------------------------------------------------------
