@@ -13,6 +13,7 @@
 #include <ATen/core/op_registration/adaption.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -116,7 +117,10 @@ bool is_device(const at::Tensor& t) { return t.defined() && t.device().type() ==
 // TensorIteratorBase::compute_types (aten/src/ATen/TensorIterator.cpp): the common device is the first non-CPU
 // operand's, outputs first; one 0-dim CPU *input* is allowed as a scalar when the config allows CPU scalars
 // (binary and comparison ops); any other operand elsewhere raises, printing the common device first.
-void check_iterator(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, bool allow_scalar) {
+// The operands of one check, held without a heap allocation for the usual few.
+using Operands = c10::SmallVector<at::Tensor, 4>;
+
+void check_iterator(c10::ArrayRef<at::Tensor> outputs, c10::ArrayRef<at::Tensor> inputs, bool allow_scalar) {
   std::optional<c10::Device> common;
   for (const auto* group : {&outputs, &inputs}) {
     for (const auto& t : *group) {
@@ -161,7 +165,7 @@ void check_common(const Plan& plan, const c10::FunctionSchema& schema, c10::Arra
 }
 
 void check_iterator_op(const Plan& plan, c10::ArrayRef<c10::IValue> args) {
-  std::vector<at::Tensor> outputs, inputs;
+  Operands outputs, inputs;
   size_t operands = 0;  // the op's inputs, an in-place op's self included
   for (int i : plan.written) each_tensor(args[i], [&](const at::Tensor& t) { outputs.push_back(t); });
   for (int i : plan.positional) {
@@ -181,7 +185,7 @@ void check_foreach(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue>
   // op with its own check. A `scalars` tensor (the .Tensor overloads) holds one number per tensor and must be on
   // CPU (convert_tensor_to_scalar_list): it is not an operand.
   std::vector<c10::List<at::Tensor>> lists;
-  std::vector<at::Tensor> singles;
+  Operands singles;
   for (size_t i = 0; i < args.size(); ++i) {
     if (schema.arguments()[i].name() == "scalars") continue;
     if (args[i].isTensorList()) lists.push_back(args[i].toTensorList());
@@ -189,7 +193,7 @@ void check_foreach(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue>
   }
   if (lists.empty()) return;
   for (size_t row = 0; row < lists[0].size(); ++row) {
-    std::vector<at::Tensor> outputs{lists[0].get(row)}, inputs;
+    Operands outputs{lists[0].get(row)}, inputs;
     for (size_t l = 1; l < lists.size(); ++l) {
       if (row < lists[l].size()) inputs.push_back(lists[l].get(row));
     }
@@ -218,7 +222,7 @@ void check_index_put(c10::ArrayRef<c10::IValue> args) {
 void check_where(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
   // where_self_out (aten/src/ATen/native/TensorCompare.cpp): "allow CPU scalars on non-cpu device": a 0-dim CPU
   // condition, self or other is moved to the device first, any number of them.
-  std::vector<at::Tensor> outputs, inputs;
+  Operands outputs, inputs;
   for (size_t i = 0; i < args.size(); ++i) {
     bool out = schema.arguments()[i].name() == "out";
     each_tensor(args[i], [&](const at::Tensor& t) {
@@ -263,24 +267,26 @@ at::Tensor nested_over(c10::Storage storage, c10::DispatchKey key, const at::Ten
                                                                impl->get_nested_strides(), impl->get_storage_offsets());
 }
 
-// A host alias's memory belongs to a device storage, which the alias's DataPtr holds (its context) until the alias
-// goes: a host alias handed to Python, or to gloo's asynchronous work, may outlive the call.
-void release_kept(void* kept) { delete static_cast<c10::Storage*>(kept); }
+// A host alias's memory belongs to a device storage, which the alias's DataPtr holds (its context: a reference on
+// the device StorageImpl) until the alias goes: a host alias handed to Python, or to gloo's asynchronous work, may
+// outlive the call.
+void release_kept(void* kept) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(kept)); }
 
-// The device storage a host alias's storage lends, or nullptr for any other CPU storage (a kernel's fresh memory, a
-// CPU argument's).
-const c10::Storage* lent_by(const c10::StorageImpl* host) {
+// The device storage a host alias's storage lends, or none for any other CPU storage (a kernel's fresh memory, a CPU
+// argument's).
+std::optional<c10::Storage> lent_by(const c10::StorageImpl* host) {
   const auto& data = host->data_ptr();
-  if (data.get_deleter() != &release_kept) return nullptr;
-  const auto* kept = static_cast<const c10::Storage*>(data.get_context());
+  if (data.get_deleter() != &release_kept) return std::nullopt;
+  auto* kept = static_cast<c10::StorageImpl*>(data.get_context());
   // an alias of memory its device storage has since given up (the device tensor resized) lends nothing
-  return kept->data() == data.get() ? kept : nullptr;
+  if (kept->data() != data.get()) return std::nullopt;
+  return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(kept));
 }
 
 // A CPU storage borrowing `device`'s memory and keeping it alive (a host alias's DataPtr).
-c10::DataPtr borrowing(const c10::Storage& device) {
-  return c10::DataPtr(device.unsafeGetStorageImpl()->mutable_data(), new c10::Storage(device), &release_kept,
-                      c10::Device(c10::kCPU));
+c10::DataPtr borrowing(c10::StorageImpl* device) {
+  c10::raw::intrusive_ptr::incref(device);
+  return c10::DataPtr(device->mutable_data(), device, &release_kept, c10::Device(c10::kCPU));
 }
 
 // A host storage's memory that is device memory already (a host alias a CPU kernel resized: the host alias
@@ -300,13 +306,13 @@ struct Aliases {
     c10::Storage device;
     c10::Storage host;
   };
-  std::vector<Pair> pairs;
+  c10::SmallVector<Pair, 4> pairs;
 
   c10::Storage host_storage(c10::StorageImpl* device) {
     for (auto& p : pairs) {
       if (p.device.unsafeGetStorageImpl() == device) return p.host;
     }
-    c10::DataPtr borrowed = borrowing(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(device)));
+    c10::DataPtr borrowed = borrowing(device);
     c10::Storage host(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), device->sym_nbytes(),
                                                             std::move(borrowed), host_alias_allocator(),
                                                             device->resizable()));
@@ -363,10 +369,10 @@ at::Tensor on_device(const c10::Storage& storage, const at::Tensor& like) {
 struct Results {
   Aliases& aliases;
   c10::DeviceIndex index;
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted;  // one device storage per fresh host storage
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted;  // one device storage per fresh host one
   // how many of the op's results hold each host storage: a storage held by more is not the kernel's fresh memory
   // (a view of a CPU argument): the result stays where it is, on CPU
-  std::vector<std::pair<const c10::StorageImpl*, size_t>> holders;
+  c10::SmallVector<std::pair<const c10::StorageImpl*, size_t>, 4> holders;
   // the nested arguments' size, stride and offset tensors (CPU tensors, on CUDA too), which _nested_tensor_size &
   // co. return as they are: results that stay where they are
   std::vector<const c10::TensorImpl*> metadata;
@@ -402,7 +408,7 @@ struct Results {
     if (std::find(metadata.begin(), metadata.end(), h.unsafeGetTensorImpl()) != metadata.end()) return h;
     auto* host = h.storage().unsafeGetStorageImpl();
     bool known = aliases.device_storage_of(host).has_value() ||
-                 (lent && (lent_by(host) != nullptr || counted_on(host->data_ptr()).has_value()));
+                 (lent && (lent_by(host).has_value() || counted_on(host->data_ptr()).has_value()));
     for (const auto& [fresh, device] : adopted) known = known || fresh == host;
     if (!known && held_elsewhere(host)) return h;
     auto storage = device_storage(host);
@@ -414,7 +420,9 @@ struct Results {
   // its argument's alias, handed to `_device`), or fresh memory taken over (once per storage)
   c10::Storage device_storage(c10::StorageImpl* host) {
     if (auto viewed = aliases.device_storage_of(host)) return *viewed;
-    if (const auto* storage = lent ? lent_by(host) : nullptr) return *storage;
+    if (lent) {
+      if (auto storage = lent_by(host)) return *storage;
+    }
     for (auto& [fresh, device] : adopted) {
       if (fresh == host) return device;
     }
@@ -425,7 +433,7 @@ struct Results {
                                         host->nbytes(), index);
     c10::Storage device(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), host->nbytes(),
                                                               std::move(data), device_allocator(), host->resizable()));
-    if (counted) host->set_data_ptr_noswap(borrowing(device));  // the alias, which Python may hold, stays valid
+    if (counted) host->set_data_ptr_noswap(borrowing(device.unsafeGetStorageImpl()));  // the alias stays valid
     adopted.emplace_back(host, device);
     return device;
   }
@@ -509,7 +517,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   const c10::OptionalDeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, index));
 
   // the arguments the op writes: (the caller's device tensor, its host alias)
-  std::vector<std::pair<at::Tensor, at::Tensor>> written;
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> written;
   Aliases aliases;
   bool results_here = true;
   std::vector<at::Tensor> nested_args;  // held: their metadata tensors are compared with the results
