@@ -3,7 +3,7 @@
 **Symptom** (at `optimizer.step()`, on any accelerator):
 `RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!`
 
-**Cause**: `Optimizer.load_state_dict` casts the per-parameter `state` to each parameter's device, but
+**Cause**: `Optimizer.load_state_dict` casts the per-parameter `state` to each parameter's device (`step` aside), but
 takes `param_groups` as they were saved: a tensor there is never moved. Optimizers that adapt one step
 size per group keep a running tensor in the group (Prodigy's and D-Adaptation's `d` sums, apex's
 FusedNovoGrad moments; here AdaGrad-Norm's sum of squared gradient norms). Loaded with

@@ -3,7 +3,7 @@
 **Symptom** (at `optimizer.step()`, on any accelerator):
 `RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!`
 
-**Cause**: `Optimizer.load_state_dict` casts the per-parameter `state` to each parameter's device, but
+**Cause**: `Optimizer.load_state_dict` casts the per-parameter `state` to each parameter's device (`step` aside), but
 takes `param_groups` as they were saved: a tensor there is never moved. Optimizers that adapt one step
 size per group keep a running tensor in the group (Prodigy's and D-Adaptation's `d` sums, apex's
 FusedNovoGrad moments; here AdaGrad-Norm's sum of squared gradient norms). Loaded with
@@ -44,12 +44,24 @@ class AdaGradNorm(torch.optim.Optimizer):
 
 
 def group_tensors_to_params(optimizer: torch.optim.Optimizer) -> None:
-    """Move each tensor in a param group, `params` aside, to the device of the group's parameters."""
+    """Move each tensor in a param group, `params` aside, to the device of the group's parameters, those in lists,
+    tuples and dicts too (apex keeps a list); a group without parameters is left as it is."""
     for group in optimizer.param_groups:
-        device = group["params"][0].device
-        for key, value in group.items():
-            if key != "params" and isinstance(value, torch.Tensor):
-                group[key] = value.to(device)  # FIX: what load_state_dict leaves where the file had it
+        if group["params"]:
+            device = group["params"][0].device
+            for key, value in group.items():
+                if key != "params":
+                    group[key] = _moved(value, device)  # FIX: what load_state_dict leaves where the file had it
+
+
+def _moved(value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_moved(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _moved(v, device) for k, v in value.items()}
+    return value
 
 
 def make_optimizer(params):

@@ -67,7 +67,7 @@ TEMPLATES = (
     _t("meta_copy", "meta_copy", r"Cannot copy out of meta tensor; no data",
        "a meta tensor (no data) was copied to a real device"),
     # a device tensor handed to numpy, which reads host memory (torch/_tensor.py, Tensor.numpy's check)
-    _t("numpy", "numpy", r"can't convert (?P<a>" + DEVICE + r") device type tensor to numpy",
+    _t("numpy", "numpy", r"can't convert (?:(?P<a>" + DEVICE + r") device type|(?P<a2>CUDA)) tensor to numpy",
        "a device tensor handed to numpy"),
     _t("capturable_attribute", "capturable", r"object has no attribute '_warned_capturable_if_run_uncaptured'",
        "an optimizer whose state was loaded lacks an attribute PyTorch 1.12.0's Adam reads"),
@@ -124,8 +124,9 @@ TEMPLATES = (
        r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
     # 1.x's TensorUtils checks (checkSameGPU, checkDeviceType), kept by cuDNN's and a few other kernels
-    _t("same_gpu", "mismatch", r"Tensor for argument #\d+ '(?P<arg>\w+)' is on (?P<b>CPU), (?:Tensor for argument #\d+ "
-       r"'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU) \(while checking arguments for (?P<op>\w+)\)",
+    _t("same_gpu", "mismatch", r"Tensor for (?:argument #\d+ )?'(?P<arg>\w+)' is on (?P<b>CPU), "
+       r"(?:Tensor for (?:argument #\d+ )?'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU) "
+       r"\(while checking arguments for (?P<op>\w+)\)",
        "a 1.x kernel's check that its arguments are on the GPU (TensorUtils.cpp, checkSameGPU)"),
     _t("same_gpu_index", "mismatch", r"Expected tensor for argument #\d+ '(?P<arg>\w+)' to have the same device as "
        r"tensor for argument #\d+ '\w+'; but device (?P<a>\d+) does not equal (?P<b>\d+)"
@@ -225,6 +226,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
     # checks name the common device first and the argument's second ("found ... A and B", "got device B")
     op = groups.get("op")
+    if template.name == "same_gpu" and arg == "out" and op == "addmm":
+        return "weights"  # 1.x's addmm makes `out` with the bias's options: a CPU `out` is a CPU bias, the layer's
     if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS and (not op or re.search(LAYER_OPS, op)):
         named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
                  "legacy_backend": groups.get("b"), "same_gpu": groups.get("b"),
@@ -294,9 +297,11 @@ FRAMES = {
     "dataparallel": (r"torch[/\\]nn[/\\]parallel[/\\](?:data_parallel|scatter_gather)\.py", None),
     "collective": (r"torch[/\\]distributed[/\\]distributed_c10d\.py", None),
     "ema": (r"ema", r"\w*ema\w*|update|step"),
-    # the step of an optimizer outside torch.optim: a file or package named for one (torch/amp's scaler aside)
-    "custom_optimizer_step": (r"^(?!.*\btorch[/\\])(?:.*optim\w*[/\\].*|.*(?:optim|prodigy|adam|sgd|lion|lamb|"
-                              r"novograd|dadapt|adafactor|sophia|schedule_?free)\w*\.py)$", r"step"),
+    # the step of an optimizer outside torch.optim: a file or package named for one, not torch's own (torch/amp's
+    # scaler); one that hands on to torch.optim's step (accelerate's, Lightning's wrapper) is no optimizer: read_frames
+    "custom_optimizer_step": (r"^(?!.*\btorch[/\\](?:optim|amp|cuda|nn|utils|autograd|_dynamo|distributed)[/\\])"
+                              r"(?:.*optim\w*[/\\].*|.*(?:optim|prodigy|adam|sgd|lion|lamb|novograd|dadapt|adafactor|"
+                              r"sophia|schedule_?free)\w*\.py)$", r"step"),
     # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
     "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
 }
@@ -339,6 +344,8 @@ def read_frames(text: str) -> tuple[str, ...]:
         for kind, (path_rx, func_rx) in FRAMES.items():
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
+    if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
+        kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
     for line in text.splitlines():
         if re.match(r"\s*(?:File |Traceback|\w*Error)", line):
             continue
@@ -389,7 +396,7 @@ SIGNALS = {
     "cpu_host": r"(?m)(?:map_location\s*=|^\s*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
     # a tensor put in an optimizer's param group, and an optimizer of one's own
-    "group_tensor": r"(?:\bgroup\w*|param_groups\[[^\]]*\])\[\s*['\"]\w+['\"]\s*\]\s*=\s*torch\.(?:"
+    "group_tensor": r"(?:\b\w*group\w*|param_groups\[[^\]]*\])\[\s*['\"]\w+['\"]\s*\]\s*=\s*torch\.(?:"
                     + "|".join(FACTORIES) + r")\(",
     "custom_optimizer": r"\bclass\s+\w+\(\s*(?:torch\.optim\.|optim\.)?Optimizer\s*\)",
     "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",

@@ -67,6 +67,11 @@ WORDINGS = parametrize_cases(
     Case("tensor_utils_device_type", text="RuntimeError: Expected tensor for argument #1 'indices' to have cuda "
          "DeviceType, but got tensor with cpu DeviceType (while checking arguments for embedding_backward)",
          template="device_type", devices=("cuda", "cpu"), argument="indices"),
+    Case("tensor_utils_out", text="RuntimeError: Tensor for 'out' is on CPU, Tensor for argument #1 'self' is on CPU, "
+         "but expected them to be on GPU (while checking arguments for addmm)", template="same_gpu",
+         devices=("cuda", "cpu"), argument="out"),
+    Case("numpy_before_1_5", text="TypeError: can't convert CUDA tensor to numpy. Use Tensor.cpu() to copy the tensor "
+         "to host memory first.", template="numpy", devices=("cuda",), argument=None),
     Case("deserialize_second_sentence", text="If you are running on a CPU-only machine, please use torch.load with "
          "map_location=torch.device('cpu') to map your storages to the CPU.", template="deserialize", devices=(),
          argument=None),
@@ -195,6 +200,19 @@ def test_a_cpu_only_build_asked_for_cuda_is_the_lesson_only_in_a_load() -> None:
     loading = diagnose.diagnose(message, 'model = Model.load_from_checkpoint("gpu.ckpt")\n')
     assert loading.verdict == "scenario"
     assert loading.matches[0].slug == "cuda_checkpoint_on_cpu_host"
+
+
+def test_1_x_addmm_s_cpu_out_is_the_layer_s_side() -> None:
+    """1.x's addmm made `out` with the bias's options: "Tensor for 'out' is on CPU" is a layer left on CPU, where
+    "argument #2 'mat1' is on CPU" is its input."""
+    out = diagnose.diagnose("RuntimeError: Tensor for 'out' is on CPU, Tensor for argument #1 'self' is on CPU, but "
+                            "expected them to be on GPU (while checking arguments for addmm)")
+    assert out.facts.side == "weights"
+    assert out.matches[0].slug == "model_not_moved"
+    mat1 = diagnose.diagnose("RuntimeError: Tensor for argument #2 'mat1' is on CPU, but expected it to be on GPU "
+                             "(while checking arguments for addmm)")
+    assert mat1.facts.side == "input"
+    assert mat1.matches[0].slug == "batch_not_moved"
 
 
 def test_a_bmm_s_second_argument_is_not_a_layer_s_weight() -> None:
@@ -328,6 +346,19 @@ def test_a_third_party_optimizer_s_step_is_not_torch_optim_s() -> None:
     assert "param group" in " ".join(result.matches[0].why)
     gym = diagnose.read(THIRD_PARTY_STEP.replace("dadaptation/dadapt_adam.py", "gym/core.py"))
     assert gym.site is None  # a step that is not an optimizer's
+    assert diagnose.read_code("param_group['d'] = torch.tensor([0.0])\n") == ("group_tensor",)
+
+
+def test_a_trainer_s_wrapper_of_torch_optim_s_step_is_no_optimizer_of_its_own() -> None:
+    """accelerate's and Lightning's optimizer wrappers (a `step` in an optimizer.py) hand on to torch.optim's step: the
+    traceback is torch.optim's, and counts for no third-party optimizer."""
+    for wrapper in ("accelerate/optimizer.py", "lightning/pytorch/core/optimizer.py"):
+        text = THIRD_PARTY_STEP.replace("dadaptation/dadapt_adam.py", wrapper).replace(
+            "RuntimeError", '  File "/usr/lib/python3.10/site-packages/torch/optim/adamw.py", line 220, in step\n'
+            "    adamw(\nRuntimeError", 1)
+        facts = diagnose.read(text)
+        assert "custom_optimizer_step" not in facts.frames
+        assert (facts.site, "adam_step" in facts.frames) == ("optimizer_step", True)
 
 
 def test_pytest_frames_are_read() -> None:

@@ -327,6 +327,17 @@ def test_a_resized_host_alias_comes_back_counted_once() -> None:
 
 
 @pytest.mark.usefixtures("no_gc")
+def test_a_stale_host_alias_is_refused_its_way_back() -> None:
+    """A host alias whose device tensor was resized since views memory the resize freed: `_device` refuses it rather
+    than take the freed block over as a device tensor."""
+    dev = emulator.device()
+    t = torch.arange(4.0, device=dev)
+    alias = torch.ops.samedevice._host(t)
+    t.resize_(4096)  # new memory: the alias's is freed
+    with pytest.raises(RuntimeError, match="resized since views freed memory"):
+        torch.ops.samedevice._device(alias, 0)
+
+
 def test_out_lists_resized_by_the_kernel_take_their_new_memory() -> None:
     """An op writing a list of out= tensors that its CPU kernel resizes (unbind_copy, a foreach out=): each element
     takes the new memory on the device, counted there, as on CPU."""

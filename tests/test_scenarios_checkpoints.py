@@ -345,6 +345,20 @@ def test_param_group_tensor_hook_runs_on_every_load(accelerator: torch.device, t
     assert optimizer.param_groups[0]["sum_sq"].device.type == accelerator.type
 
 
+def test_param_group_tensor_hook_takes_empty_groups_and_lists(accelerator: torch.device) -> None:
+    """The hook leaves a group without parameters as it is (a no-decay split may be empty) and moves tensors a group
+    keeps in a list (apex's FusedNovoGrad keeps one)."""
+    fix = registry.get("param_group_tensor").fix()
+    model = harness.new_model().to(accelerator)
+    optimizer = torch.optim.SGD([{"params": list(model.parameters())}, {"params": [], "weight_decay": 0.0}],
+                                lr=harness.LR)
+    optimizer.register_load_state_dict_post_hook(fix.group_tensors_to_params)
+    optimizer.param_groups[0]["moments"] = [torch.ones(2), torch.ones(3)]
+    optimizer.load_state_dict(optimizer.state_dict())
+    assert [t.device.type for t in optimizer.param_groups[0]["moments"]] == [accelerator.type] * 2
+    assert optimizer.param_groups[1]["params"] == []
+
+
 # ---- capturable_step -----------------------------------------------------------------------------
 
 optimizer_to = registry.helper("optimizer_to").optimizer_to

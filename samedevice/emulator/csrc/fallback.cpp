@@ -407,6 +407,10 @@ struct Results {
                                 " devices (only dense, strided tensors are)");
     if (std::find(metadata.begin(), metadata.end(), h.unsafeGetTensorImpl()) != metadata.end()) return h;
     auto* host = h.storage().unsafeGetStorageImpl();
+    // a host alias of memory its device tensor gave up when it was resized: that memory is freed
+    TORCH_CHECK(!lent || host->data_ptr().get_deleter() != &release_kept || lent_by(host).has_value(),
+                "emulated accelerator: a host alias whose device tensor was resized since views freed memory; it "
+                "cannot come back to the device");
     bool known = aliases.device_storage_of(host).has_value() ||
                  (lent && (lent_by(host).has_value() || counted_on(host->data_ptr()).has_value()));
     for (const auto& [fresh, device] : adopted) known = known || fresh == host;
