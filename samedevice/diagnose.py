@@ -336,6 +336,28 @@ def raise_site(text: str) -> str | None:
     return site
 
 
+LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+
+
+def _call_lines(text: str) -> list[str]:
+    """The lines whose calls tell where the error was raised: in a traceback, those of the deepest frame of the
+    user's own code and of the library frames below it (a `loss_fn(model(x), y)` above a model's forward that
+    raised is not where it was raised); without frames, every line that is not an error's."""
+    lines = text.splitlines()
+    framed = [i for i, line in enumerate(lines[:-1]) if FRAME.search(line)]
+    own = [i for i in framed if not LIBRARY.search(_frame_path(lines[i]))]
+    if own:
+        return [lines[i + 1] for i in framed if i >= own[-1]]
+    if framed:
+        return [lines[i + 1] for i in framed]
+    return [line for line in lines if not re.match(r"\s*(?:File |Traceback|\w*Error)", line)]
+
+
+def _frame_path(line: str) -> str:
+    match = FRAME.search(line)
+    return (match.group("path") or match.group("ipath") or match.group("ppath") or "") if match else ""
+
+
 def read_frames(text: str) -> tuple[str, ...]:
     kinds: list[str] = []
     for match in FRAME.finditer(text):
@@ -344,11 +366,13 @@ def read_frames(text: str) -> tuple[str, ...]:
         for kind, (path_rx, func_rx) in FRAMES.items():
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
+    last = list(FRAME.finditer(text))[-1:]
+    if last and (last[0].group("func") or last[0].group("ifunc") or last[0].group("pfunc")) == "forward" \
+            and not LIBRARY.search(_frame_path(last[0].group(0))):
+        kinds.append("user_forward")  # raised in a forward of the user's own code, by the code of that forward
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
-    for line in text.splitlines():
-        if re.match(r"\s*(?:File |Traceback|\w*Error)", line):
-            continue
+    for line in _call_lines(text):
         for kind, rx in CALL_LINES.items():
             if re.search(rx, line):
                 kinds.append(kind)
@@ -489,10 +513,13 @@ def _moves_a_model(call: ast.Call) -> bool:
     receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
     if receiver is None or not _to_a_device(call):
         return False
-    if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) is a module
+    if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
-        return name.split(".")[-1][:1].isupper() and not name.startswith(("torch.", "np.", "numpy.")) \
-            and name.split(".")[-1] not in FACTORIES | {"Variable", "Parameter"}
+        last = name.split(".")[-1]
+        if re.search(r"(?:^|_)(?:model|net|network|module)$", last.lower()) and not name.startswith("torch."):
+            return True  # new_model(), build_model(cfg), get_net()
+        return last[:1].isupper() and not name.startswith(("torch.", "np.", "numpy.")) \
+            and last not in FACTORIES | {"Variable", "Parameter"}
     name = _call_name(receiver).lower()
     return name == "self" or re.search(r"(?:^|[._])(?:model|net|network|module)$", name) is not None
 
@@ -510,9 +537,10 @@ def _text_signals(code: str) -> list[str]:
     # a model's move as the ast rule reads it (_moves_a_model): `self`, a name ending in model/net/module or a class
     # built and moved at once, moved to something that is neither a dtype nor the CPU
     load = re.search(r"load_state_dict\(", code)
-    move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)"
-                     r"[A-Z]\w*\([^()\n]*\))\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|"
-                     r"bfloat|double|int|long|bool)|dtype\s*=|['\"]cpu|\))))", code)
+    move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)(?:\([^()\n]*\))?"
+                     r"|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)[A-Z]\w*\([^()\n]*\))"
+                     r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|dtype\s*="
+                     r"|['\"]cpu|\))))", code)
     if move is not None:
         found.append("model_moved")
     if load and move is not None and load.start() < move.start():

@@ -227,7 +227,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Beyond the articles: model code
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
              "user reports", _accelerators("mismatch"),
-             clues=Clues(templates=("rnn_hidden", "all_input_tensors"), code=("factory_in_forward",), prior=0.4,
+             clues=Clues(templates=("rnn_hidden", "all_input_tensors"), frames=("user_forward",),
+                         code=("factory_in_forward",), prior=0.4,
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
@@ -236,6 +237,12 @@ SCENARIOS: tuple[Scenario, ...] = (
                    ops=("addmm", "mm", "conv"), code=("plain_list_layers",),
                    prior=0.2, confirm="audit.structure(model=model) names the stranded layers",
                    question=FORWARD_QUESTION)),
+    Scenario("plain_tensor_attribute", "A model's constant tensor kept as a plain attribute: model.to(device) "
+             "skips it", "user reports", _accelerators("mismatch"),
+             clues=Clues(frames=("user_forward",), code=("plain_tensor_attr",), prior=0.3,
+                         confirm="audit.misplaced(device, model=model) names the attribute (kind 'attribute')",
+                         question="does the model keep a tensor as a plain attribute (self.x = torch.… in __init__), "
+                         "not registered as a buffer?")),
     Scenario("loss_class_weights", "CrossEntropyLoss / NLLLoss class weights made on CPU, or targets left on CPU",
              "user reports", _accelerators("mismatch"),
              clues=Clues(frames=("loss",), arguments=("weight", "target"), ops=("nll_loss", "cross_entropy"),

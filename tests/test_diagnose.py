@@ -215,6 +215,32 @@ def test_1_x_addmm_s_cpu_out_is_the_layer_s_side() -> None:
     assert mat1.matches[0].slug == "batch_not_moved"
 
 
+FORWARD_RAISES = """Traceback (most recent call last):
+  File "train.py", line 40, in <module>
+    loss = loss_fn(model(x), y)
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1789, in _call_impl
+    return forward_call(*args, **kwargs)
+  File "/home/me/project/net.py", line 21, in forward
+    return self.fc(x) * self.scale
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+
+
+def test_a_raise_in_the_user_s_forward_is_read_there() -> None:
+    """The lines that tell where it raised are the deepest user frame's and the library frames below it: the loss
+    call above a forward that raised is no loss frame; a raise in the user's own forward is a frame of its own,
+    which the scenarios whose broken code raises there claim. The code decides among them."""
+    facts = diagnose.read(FORWARD_RAISES)
+    assert "loss" not in facts.frames
+    assert "user_forward" in facts.frames
+    result = diagnose.diagnose(FORWARD_RAISES, "self.scale = torch.linspace(0.5, 1.5, 16)\n")
+    assert result.matches[0].slug == "plain_tensor_attribute"
+    deeper = FORWARD_RAISES.replace("RuntimeError", '  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/'
+                                    'linear.py", line 125, in forward\n    return F.linear(input, self.weight, '
+                                    'self.bias)\nRuntimeError', 1)
+    assert "user_forward" not in diagnose.read(deeper).frames  # raised in a library's forward below it
+    assert "model_moved" in diagnose.read_code("model = harness.new_model(Net).to(device)\n")
+
+
 def test_a_bmm_s_second_argument_is_not_a_layer_s_weight() -> None:
     """mat2 is nn.Linear's weight in addmm; in a bmm of two activations it says nothing of the model's weights, and
     the op words match whole (`mm` is not `bmm`)."""
@@ -452,12 +478,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 69 covered reports, three batches; four that were "not in the catalog" name param_group_tensor's mechanism
-    # since it landed (three bare messages and a fused kernel's crash, which stay misses)
-    floor = {True: (0.43, 0.58), False: (0.42, 0.59)}[with_code]
+    # 71 covered reports, three batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
+    # (a library's own module): they stay misses
+    floor = {True: (0.42, 0.56), False: (0.40, 0.57)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.35
+    assert result["rest_right"] >= 0.38
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:

@@ -535,6 +535,41 @@ def test_plain_list_layers_audit_names_the_stranded_layers(device: torch.device)
         assert all(m.fix.startswith("make model.blocks an nn.ModuleList") for m in result.refused)
 
 
+# ---- plain_tensor_attribute ----------------------------------------------------------------------
+
+
+def test_plain_tensor_attribute_is_neither_moved_nor_saved(accelerator: torch.device) -> None:
+    """A plain tensor attribute stays on CPU through model.to and is not in state_dict; audit.misplaced names it as an
+    attribute. The fix's non-persistent buffer moves with .to and stays out of state_dict."""
+    case, fix = (getattr(registry.get("plain_tensor_attribute"), kind)() for kind in ("case", "fix"))
+    broken = case.ScaledNet().to(accelerator)
+    assert broken.scale.device == torch.device("cpu")
+    assert "scale" not in broken.state_dict()
+    found = audit.misplaced(accelerator, model=broken)
+    assert [(item.path, item.kind) for item in found] == [("model.scale", "attribute")]
+    fixed = fix.ScaledNet().to(accelerator)
+    assert fixed.scale.device.type == accelerator.type
+    assert "scale" not in fixed.state_dict()
+
+
+def test_plain_tensor_attribute_a_persistent_buffer_breaks_old_checkpoints() -> None:
+    """A persistent buffer is a new key of state_dict: a strict load of a checkpoint saved before the change fails
+    with "Missing key(s)"; the non-persistent buffer of the fix loads it."""
+    case, fix = (getattr(registry.get("plain_tensor_attribute"), kind)() for kind in ("case", "fix"))
+    old = case.ScaledNet().state_dict()
+
+    class Persistent(case.ScaledNet):
+        def __init__(self) -> None:
+            super().__init__()
+            scale = self.scale
+            del self.scale
+            self.register_buffer("scale", scale)  # persistent, the default
+
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "scale"'):
+        Persistent().load_state_dict(old)
+    fix.ScaledNet().load_state_dict(old)
+
+
 # ---- loss_class_weights --------------------------------------------------------------------------
 
 NAMED = SAME + r", but got {} is on cpu, different from other tensors on {} " \
