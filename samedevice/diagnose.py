@@ -336,21 +336,9 @@ def raise_site(text: str) -> str | None:
     return site
 
 
-LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
-
-
-def _call_lines(text: str) -> list[str]:
-    """The lines whose calls tell where the error was raised: in a traceback, those of the deepest frame of the
-    user's own code and of the library frames below it (a `loss_fn(model(x), y)` above a model's forward that
-    raised is not where it was raised); without frames, every line that is not an error's."""
-    lines = text.splitlines()
-    framed = [i for i, line in enumerate(lines[:-1]) if FRAME.search(line)]
-    own = [i for i in framed if not LIBRARY.search(_frame_path(lines[i]))]
-    if own:
-        return [lines[i + 1] for i in framed if i >= own[-1]]
-    if framed:
-        return [lines[i + 1] for i in framed]
-    return [line for line in lines if not re.match(r"\s*(?:File |Traceback|\w*Error)", line)]
+# a library's file, not the user's: installed packages, Python's own, torch's wherever it lives (a source checkout)
+LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\]|^<frozen "
+                     r"|[/\\]torch[/\\]")
 
 
 def _frame_path(line: str) -> str:
@@ -372,7 +360,9 @@ def read_frames(text: str) -> tuple[str, ...]:
         kinds.append("user_forward")  # raised in a forward of the user's own code, by the code of that forward
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
-    for line in _call_lines(text):
+    for line in text.splitlines():
+        if re.match(r"\s*(?:File |Traceback|\w*Error)", line):
+            continue
         for kind, rx in CALL_LINES.items():
             if re.search(rx, line):
                 kinds.append(kind)
@@ -506,6 +496,9 @@ def _to_a_device(call: ast.Call) -> bool:
     return bool(call.args) or any(k.arg == "device" for k in call.keywords)
 
 
+BUILDER = r"(?:new|build|get|create|make|load|init|setup)_\w*(?:model|net|network|module)"  # a function making a model
+
+
 def _moves_a_model(call: ast.Call) -> bool:
     """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move to an
     accelerator (a tensor's move, `x.to(device)`, `torch.Tensor(b).to(device)`, `model_inputs.to(device)`, is not;
@@ -516,8 +509,8 @@ def _moves_a_model(call: ast.Call) -> bool:
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
-        if re.search(r"(?:^|_)(?:model|net|network|module)$", last.lower()) and not name.startswith("torch."):
-            return True  # new_model(), build_model(cfg), get_net()
+        if re.fullmatch(BUILDER, last.lower()) and not name.startswith("torch."):
+            return True  # new_model(), build_model(cfg), get_net(); not model(x), the model's output
         return last[:1].isupper() and not name.startswith(("torch.", "np.", "numpy.")) \
             and last not in FACTORIES | {"Variable", "Parameter"}
     name = _call_name(receiver).lower()
@@ -537,7 +530,7 @@ def _text_signals(code: str) -> list[str]:
     # a model's move as the ast rule reads it (_moves_a_model): `self`, a name ending in model/net/module or a class
     # built and moved at once, moved to something that is neither a dtype nor the CPU
     load = re.search(r"load_state_dict\(", code)
-    move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)(?:\([^()\n]*\))?"
+    move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|\b" + BUILDER + r"\([^()\n]*\)"
                      r"|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)[A-Z]\w*\([^()\n]*\))"
                      r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|dtype\s*="
                      r"|['\"]cpu|\))))", code)

@@ -110,7 +110,8 @@ def train(
     for x, y in data:
         inputs = tuple(t.to(device) for t in x) if isinstance(x, tuple) else (x.to(device),)
         optimizer.zero_grad()
-        loss_fn(model(*inputs), y.to(device)).backward()
+        output = model(*inputs)  # its own line: a traceback tells the model's forward from the loss's
+        loss_fn(output, y.to(device)).backward()
         optimizer.step()
         if after_step is not None:
             after_step()

@@ -217,7 +217,7 @@ def test_1_x_addmm_s_cpu_out_is_the_layer_s_side() -> None:
 
 FORWARD_RAISES = """Traceback (most recent call last):
   File "train.py", line 40, in <module>
-    loss = loss_fn(model(x), y)
+    output = model(x)
   File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1789, in _call_impl
     return forward_call(*args, **kwargs)
   File "/home/me/project/net.py", line 21, in forward
@@ -226,19 +226,23 @@ RuntimeError: Expected all tensors to be on the same device, but found at least 
 
 
 def test_a_raise_in_the_user_s_forward_is_read_there() -> None:
-    """The lines that tell where it raised are the deepest user frame's and the library frames below it: the loss
-    call above a forward that raised is no loss frame; a raise in the user's own forward is a frame of its own,
-    which the scenarios whose broken code raises there claim. The code decides among them."""
+    """A raise in a forward of the user's own code is a frame of its own, which the scenarios whose broken code raises
+    there claim; the code and the call that led there decide among them: a model's plain attribute, or a loss's."""
     facts = diagnose.read(FORWARD_RAISES)
-    assert "loss" not in facts.frames
     assert "user_forward" in facts.frames
     result = diagnose.diagnose(FORWARD_RAISES, "self.scale = torch.linspace(0.5, 1.5, 16)\n")
     assert result.matches[0].slug == "plain_tensor_attribute"
-    deeper = FORWARD_RAISES.replace("RuntimeError", '  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/'
-                                    'linear.py", line 125, in forward\n    return F.linear(input, self.weight, '
-                                    'self.bias)\nRuntimeError', 1)
-    assert "user_forward" not in diagnose.read(deeper).frames  # raised in a library's forward below it
+    in_a_loss = FORWARD_RAISES.replace("output = model(x)", "loss = criterion(model(x), y)").replace(
+        "self.fc(x) * self.scale", "(self.weight * (input - target) ** 2).mean()")
+    result = diagnose.diagnose(in_a_loss, "self.weight = torch.tensor([1.0, 2.0])\n")
+    assert result.matches[0].slug == "custom_loss_weight"
+    for library in ("/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+                    "/home/me/pytorch/torch/nn/modules/linear.py"):  # torch's own, installed or a source checkout
+        deeper = FORWARD_RAISES.replace("RuntimeError", f'  File "{library}", line 125, in forward\n'
+                                        "    return F.linear(input, self.weight, self.bias)\nRuntimeError", 1)
+        assert "user_forward" not in diagnose.read(deeper).frames
     assert "model_moved" in diagnose.read_code("model = harness.new_model(Net).to(device)\n")
+    assert "model_moved" not in diagnose.read_code("out = model(x).to(device)\n")  # the output's move
 
 
 def test_a_bmm_s_second_argument_is_not_a_layer_s_weight() -> None:

@@ -554,7 +554,7 @@ def test_plain_tensor_attribute_is_neither_moved_nor_saved(accelerator: torch.de
 
 def test_plain_tensor_attribute_a_persistent_buffer_breaks_old_checkpoints() -> None:
     """A persistent buffer is a new key of state_dict: a strict load of a checkpoint saved before the change fails
-    with "Missing key(s)"; the non-persistent buffer of the fix loads it."""
+    with "Missing key(s)"; the non-persistent buffer of the fix loads it, and no load writes it."""
     case, fix = (getattr(registry.get("plain_tensor_attribute"), kind)() for kind in ("case", "fix"))
     old = case.ScaledNet().state_dict()
 
@@ -567,7 +567,11 @@ def test_plain_tensor_attribute_a_persistent_buffer_breaks_old_checkpoints() -> 
 
     with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "scale"'):
         Persistent().load_state_dict(old)
-    fix.ScaledNet().load_state_dict(old)
+    fixed = fix.ScaledNet()
+    fixed.load_state_dict(old)  # strict, as by default
+    fixed.scale.zero_()
+    fixed.load_state_dict(old | {"scale": torch.ones(16)}, strict=False)  # even a file that has one
+    assert not fixed.scale.any()  # a non-persistent buffer: no load writes it
 
 
 # ---- loss_class_weights --------------------------------------------------------------------------
