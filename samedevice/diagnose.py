@@ -102,11 +102,11 @@ TEMPLATES = (
        r"should be the same", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
-    _t("codegen_named", "mismatch", r"Expected all tensors to be on the same device, but got (?P<arg>\w+) is on "
+    _t("codegen_named", "mismatch", r"Expected all tensors to be on the same device,? but got (?P<arg>\w+) is on "
        r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
        r"(?: \(when checking argument in method (?P<op>\w+)\))?",
        "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
-    _t("codegen", "mismatch", r"Expected all tensors to be on the same device, but found at least two devices, "
+    _t("codegen", "mismatch", r"Expected all tensors to be on the same device,? but found at least two devices, "
        r"(?P<a>" + DEVICE + r") and (?P<b>" + DEVICE + r")!?"
        r"(?: \(when checking ar[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
        "an op's generated device check (TensorIterator or the codegen's common-device check)"),
@@ -150,6 +150,13 @@ TEMPLATES = (
        "an op that checks one tensor's device against another's"),
     _t("all_input_tensors", "mismatch", r"All input tensors must be on the same device\. Received (?P<a>" + DEVICE
        + r") and (?P<b>" + DEVICE + ")", "torch.cat's own check"),
+    # THC's indexing kernels (index_select, index_add, embedding's renorm) before 1.x's ATen ports
+    _t("thc_current_device", "mismatch", r"Input, output and indices must be on the current device",
+       "a THC indexing kernel given a tensor on another device than the current one"),
+    # set_ of a storage (TensorImpl's set_storage_keep_dtype, c10/core/TensorImpl.h): since 1.x a tensor cannot take
+    # another device's storage
+    _t("set_storage", "mismatch", r"Attempted to set the storage of a tensor on device \"(?P<a>" + DEVICE + r")\" to a "
+       r"storage on different device \"(?P<b>" + DEVICE + r")\"", "a tensor given the storage of another device's"),
     _t("mps_placeholder", "mismatch", r"Placeholder storage has not been allocated on MPS device",
        "an MPS kernel given a CPU tensor"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",

@@ -72,6 +72,13 @@ WORDINGS = parametrize_cases(
          devices=("cuda", "cpu"), argument="out"),
     Case("numpy_before_1_5", text="TypeError: can't convert CUDA tensor to numpy. Use Tensor.cpu() to copy the tensor "
          "to host memory first.", template="numpy", devices=("cuda",), argument=None),
+    Case("no_comma", text="RuntimeError: Expected all tensors to be on the same device but found at least two "
+         "devices, cuda:0 and cuda:2!", template="codegen", devices=("cuda:0", "cuda:2"), argument=None),
+    Case("thc_indexing", text="RuntimeError: Input, output and indices must be on the current device",
+         template="thc_current_device", devices=(), argument=None),
+    Case("set_storage", text='RuntimeError: Attempted to set the storage of a tensor on device "cuda:1" to a storage '
+         'on different device "cuda:0".  This is no longer allowed; the devices must match.', template="set_storage",
+         devices=("cuda:1", "cuda:0"), argument=None),
     Case("deserialize_second_sentence", text="If you are running on a CPU-only machine, please use torch.load with "
          "map_location=torch.device('cpu') to map your storages to the CPU.", template="deserialize", devices=(),
          argument=None),
@@ -482,13 +489,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 71 covered reports, three batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 95 covered reports, four batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.42, 0.56), False: (0.40, 0.57)}[with_code]
+    floor = {True: (0.41, 0.58), False: (0.38, 0.57)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.38
+    assert result["rest_right"] >= 0.36
 
 
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:
