@@ -8,7 +8,10 @@ under `valgrind --tool=callgrind` (one process) and counts, between client reque
 through a tiny C helper compiled here), each region repeated `steps` times after a warm-up:
 - one small add (two 16-element tensors): CPU's, and the emulated device's;
 - one Adam step of a tiny MLP (bench_dispatch.tiny_step), with the autograd engine's thread hand-off taken
-  out of both sides (`torch.autograd.set_multithreading_enabled(False)`): CPU's, and the emulated device's.
+  out of both sides (`torch.autograd.set_multithreading_enabled(False)`): CPU's, and the emulated device's;
+- the same for bench_step.py's ~1M-parameter MLP (a quarter of the repetitions).
+All on one intra-op thread: OpenMP's idle workers spin while one works, and under callgrind their spin-waits,
+which depend on timing, would count as instructions.
 The ratios are the emulator's own work beside CPU's. Instructions are not time: cache misses, a thread's
 wake-up (the hand-off a device's backward takes, as CUDA's does) and a busy machine's waits are not
 counted, so these ratios say what the emulator's code costs, and bench_dispatch.py what a run takes.
@@ -41,7 +44,7 @@ HELPER = r"""
 void sd_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
 void sd_stop(const char* label) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT(label); }
 """
-REGIONS = ("add_cpu", "add_emulated", "step_cpu", "step_emulated")
+REGIONS = ("add_cpu", "add_emulated", "step_cpu", "step_emulated", "step_1m_cpu", "step_1m_emulated")
 
 
 def measure(helper: str, steps: int) -> None:
@@ -49,23 +52,32 @@ def measure(helper: str, steps: int) -> None:
     import torch
 
     from benchmarks.bench_dispatch import tiny_step
+    from benchmarks.bench_step import README_WIDTH, make_step
     from samedevice import emulator
 
+    torch.set_num_threads(1)
     lib = ctypes.CDLL(helper)
     device = emulator.device()
     a, b = torch.randn(16), torch.randn(16)
     da, db = a.to(device), b.to(device)
     with torch.autograd.set_multithreading_enabled(False):
         work = {"add_cpu": lambda: a + b, "add_emulated": lambda: da + db,
-                "step_cpu": tiny_step(torch.device("cpu")), "step_emulated": tiny_step(device)}
+                "step_cpu": tiny_step(torch.device("cpu")), "step_emulated": tiny_step(device),
+                "step_1m_cpu": make_step(README_WIDTH, torch.device("cpu"))[1],
+                "step_1m_emulated": make_step(README_WIDTH, device)[1]}
         for name in REGIONS:
             run = work[name]
             for _ in range(3):
                 run()
             lib.sd_start()
-            for _ in range(steps):
+            for _ in range(_repeats(name, steps)):
                 run()
             lib.sd_stop(name.encode())
+
+
+def _repeats(region: str, steps: int) -> int:
+    """The 1M-parameter step is a thousand times the tiny one's work: a quarter of the repetitions."""
+    return max(1, steps // 4) if region.startswith("step_1m") else steps
 
 
 def _build_helper(folder: Path) -> str | None:
@@ -111,7 +123,9 @@ def main() -> None:
         command = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
                    f"--callgrind-out-file={folder / 'callgrind.out.%p'}",
                    sys.executable, __file__, "--inner", "--helper", helper, "--steps", str(steps)]
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        # one intra-op thread: under callgrind OpenMP's idle workers spin, and their spin-waits, which depend on
+        # timing, would count as instructions
+        env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
         if done.returncode != 0:
             sys.exit(f"bench_instructions: the measured process failed:\n{done.stderr[-3000:]}")
@@ -119,7 +133,7 @@ def main() -> None:
         missing = [r for r in REGIONS if r not in counts]
         if missing:
             sys.exit(f"bench_instructions: no count for {missing} (callgrind's dumps: {sorted(folder.iterdir())})")
-        per = {r: counts[r]["instructions"] / steps for r in REGIONS}
+        per = {r: counts[r]["instructions"] / _repeats(r, steps) for r in REGIONS}
         result = {
             "steps": steps,
             "add_cpu_instructions": round(per["add_cpu"]),
@@ -128,12 +142,17 @@ def main() -> None:
             "step_cpu_instructions": round(per["step_cpu"]),
             "step_emulated_instructions": round(per["step_emulated"]),
             "step_ratio": round(per["step_emulated"] / per["step_cpu"], 3),
+            "step_1m_cpu_instructions": round(per["step_1m_cpu"]),
+            "step_1m_emulated_instructions": round(per["step_1m_emulated"]),
+            "step_1m_ratio": round(per["step_1m_emulated"] / per["step_1m_cpu"], 3),
         }
         print(f"small add:  cpu {result['add_cpu_instructions']:>9,} instructions, emulated "
               f"{result['add_emulated_instructions']:>9,}: {result['add_ratio']:.2f}x (target 2x)")
         print(f"tiny step:  cpu {result['step_cpu_instructions']:>9,} instructions, emulated "
               f"{result['step_emulated_instructions']:>9,}: {result['step_ratio']:.2f}x (target 1.5x; the autograd "
               "hand-off out of both sides)")
+        print(f"1M step:    cpu {result['step_1m_cpu_instructions']:>11,} instructions, emulated "
+              f"{result['step_1m_emulated_instructions']:>11,}: {result['step_1m_ratio']:.2f}x (target 1.05x)")
         if args.functions and shutil.which("callgrind_annotate"):
             table = subprocess.run(["callgrind_annotate", "--inclusive=no", str(counts["step_emulated"]["file"])],
                                    capture_output=True, text=True).stdout
