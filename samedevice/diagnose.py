@@ -283,8 +283,19 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
 
 # ---- 2. the frames -------------------------------------------------------------------------------
 
-FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)|(?P<ipath>\S+\.py) in (?P<ifunc>\w+)\('
-                   r"|(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")  # Python's, IPython's and pytest's frame lines
+# a frame line as Python, IPython 7 (a file or a cell), IPython 8 (a file or a cell) and pytest print it
+FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)'
+                   r"|(?P<ipath>\S+\.py|<ipython-input-[\w-]+>) in (?P<ifunc>\w+\(|<module>)"
+                   r"|File (?P<jpath>[^\s\",]+\.py):\d+, in (?P<jfunc>[\w.<>]+)"
+                   r"|(?P<cell>Cell In\[\d+\]), line \d+, in (?P<cfunc>[\w.<>]+)"
+                   r"|(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")
+
+
+def _frame(match: re.Match[str]) -> tuple[str, str]:
+    """A frame line's file (with `/` separators) and function."""
+    path = next((match.group(g) for g in ("path", "ipath", "jpath", "cell", "ppath") if match.group(g)), "")
+    func = next((match.group(g) for g in ("func", "ifunc", "jfunc", "cfunc", "pfunc") if match.group(g)), "")
+    return path.replace("\\", "/"), func.rstrip("(").split(".")[-1]  # IPython 8 qualifies it: Net.forward
 # frame kind -> (path regex, function regex or None), each a place a scenario's error is raised from
 FRAMES = {
     "optimizer_step": (r"torch[/\\]optim[/\\](?!optimizer\.py)", None),
@@ -334,8 +345,7 @@ RAISE_SITES = ("optimizer_step", "custom_optimizer_step", "loss", "layer", "embe
 def raise_site(text: str) -> str | None:
     site = None
     for match in FRAME.finditer(text):
-        path = (match.group("path") or match.group("ipath") or match.group("ppath") or "").replace("\\", "/")
-        func = match.group("func") or match.group("ifunc") or match.group("pfunc") or ""
+        path, func = _frame(match)
         for kind in RAISE_SITES:
             path_rx, func_rx = FRAMES[kind]
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
@@ -348,22 +358,15 @@ LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d
                      r"|[/\\]torch[/\\]")
 
 
-def _frame_path(line: str) -> str:
-    match = FRAME.search(line)
-    return (match.group("path") or match.group("ipath") or match.group("ppath") or "") if match else ""
-
-
 def read_frames(text: str) -> tuple[str, ...]:
     kinds: list[str] = []
     for match in FRAME.finditer(text):
-        path = (match.group("path") or match.group("ipath") or match.group("ppath") or "").replace("\\", "/")
-        func = match.group("func") or match.group("ifunc") or match.group("pfunc") or ""
+        path, func = _frame(match)
         for kind, (path_rx, func_rx) in FRAMES.items():
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
-    last = list(FRAME.finditer(text))[-1:]
-    if last and (last[0].group("func") or last[0].group("ifunc") or last[0].group("pfunc")) == "forward" \
-            and not LIBRARY.search(_frame_path(last[0].group(0))):
+    last = [_frame(match) for match in FRAME.finditer(text)][-1:]
+    if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]):
         kinds.append("user_forward")  # raised in a forward of the user's own code, by the code of that forward
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step

@@ -407,6 +407,38 @@ def test_pytest_frames_are_read() -> None:
     assert facts.site == "layer"
 
 
+IPYTHON_7 = """RuntimeError                              Traceback (most recent call last)
+<ipython-input-7-3f1c2a9d8b7e> in <module>
+----> 1 loss = criterion(model(x), y)
+
+/usr/local/lib/python3.7/dist-packages/torch/nn/modules/module.py in _call_impl(self, *input, **kwargs)
+-> 1051             return forward_call(*input, **kwargs)
+
+/usr/local/lib/python3.7/dist-packages/torch/nn/modules/linear.py in forward(self, input)
+---> 96         return F.linear(input, self.weight, self.bias)
+
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+IPYTHON_8 = """Cell In[5], line 3
+----> 3 out = model(x)
+
+File ~/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1789, in Module._call_impl(self, *args, **kwargs)
+
+Cell In[2], line 9, in Net.forward(self, x)
+----> 9     return self.fc(x) * self.scale
+
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+
+
+def test_ipython_frames_are_read() -> None:
+    """Frames as IPython 7 (`file.py in f(...)`, a cell `<ipython-input-…> in f`) and IPython 8 (`File path:N, in f`,
+    `Cell In[N], line M, in f`) print them: a layer's forward is the raise site, a cell's forward the user's."""
+    facts = diagnose.read(IPYTHON_7)
+    assert facts.site == "layer"
+    assert "user_forward" not in facts.frames
+    facts = diagnose.read(IPYTHON_8)
+    assert "user_forward" in facts.frames
+
+
 def test_code_without_a_parse_falls_back_to_text() -> None:
     """A fragment that does not parse still shows its signals (a factory without device= in forward)."""
     fragment = "    def forward(self, x):\n        mask = torch.arange(x.shape[1])\n        return x * mask\n  )"
