@@ -267,12 +267,10 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n for n in found if n]
     if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
-    if template.name == "same_gpu":
-        names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on
+    if template.name in ("same_gpu", "thnn_cpu_argument"):
+        names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
-    if template.name == "thnn_cpu_argument":
-        names = ["cuda", "cpu"]
     if template.name == "different_gpus":
         names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
