@@ -14,6 +14,8 @@ the reporter pasted (error and code), and with the error text alone.
 - the rest: a label that is no scenario of the registry (not in the catalog, fixed upstream, not a
   device error, or a failure mode the catalog does not teach yet); right when the verdict says so and
   names no lesson ("not_in_catalog" and the slugs the catalog lacks: not_in_catalog).
+- one lesson named: the reports whose verdict is "scenario" (one lesson, not a list of candidates), and how
+  often that lesson is the label: what a person who trusts a confident answer can expect of it.
 The time is one `samedevice diagnose` process, start to exit, median of 5 (it imports no torch).
 Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/results/diagnose.json.
 """
@@ -54,10 +56,13 @@ def expected_verdict(label: str) -> str:
 
 def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
     slugs = set(registry.slugs())
-    covered = top1 = top3 = rest = rest_right = 0
+    covered = top1 = top3 = rest = rest_right = confident = confident_right = 0
     misses = []
     for r in reports:
         d = diagnose.diagnose(r["error"], (r["code"] or "") if with_code else "")
+        if d.verdict == "scenario":  # it names one lesson: is it the one?
+            confident += 1
+            confident_right += d.matches[0].slug == r["label"]
         # a verdict that is no scenario is the first answer; a scenario it names for another case comes after it
         ranked = [m.slug for m in d.matches] if d.found else [d.verdict] + [m.slug for m in d.matches]
         if r["label"] in slugs:
@@ -73,7 +78,9 @@ def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
             if not right:
                 misses.append((r["id"], r["label"], d.verdict, ranked[:3]))
     return {"covered": covered, "top1": round(top1 / covered, 3), "top3": round(top3 / covered, 3),
-            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None, "misses": misses}
+            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None,
+            "confident": confident, "confident_right": round(confident_right / confident, 3) if confident else None,
+            "misses": misses}
 
 
 def answer_time(rounds: int) -> dict[str, float]:
@@ -102,7 +109,8 @@ def main() -> None:
     for name in ("with_code", "error_only", "held_out_with_code", "held_out_error_only"):
         row = result[name]
         print(f"{name:19}: covered {row['covered']}: top-1 {row['top1']:.0%}, top-3 {row['top3']:.0%}; "
-              f"the rest {row['rest']}: {row['rest_right']:.0%} answered right")
+              f"the rest {row['rest']}: {row['rest_right']:.0%} answered right; one lesson named "
+              f"{row['confident']} times: {row['confident_right']:.0%} right")
         if args.show_misses:
             for miss in row["misses"]:
                 print("    miss:", *miss)

@@ -391,7 +391,8 @@ def read_version(text: str) -> str | None:
 # ---- 3. the code ---------------------------------------------------------------------------------
 
 FACTORIES = {"zeros", "ones", "arange", "rand", "randn", "randint", "empty", "full", "tensor", "Tensor",
-             "FloatTensor", "LongTensor", "linspace", "eye", "from_numpy", "as_tensor"}
+             "FloatTensor", "LongTensor", "linspace", "eye", "from_numpy", "as_tensor",
+             "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -486,7 +487,9 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("model_moved")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
-    if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") for n in calls):
+    # inputs moved to the device and a model in the code (one called, built or loaded) that never is
+    if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in calls) \
+            and any(_is_a_model(n) for n in calls):
         found.append("model_never_moved")
     return found
 
@@ -523,6 +526,15 @@ def _moves_a_model(call: ast.Call) -> bool:
             and last not in FACTORIES | {"Variable", "Parameter"}
     name = _call_name(receiver).lower()
     return name == "self" or re.search(r"(?:^|[._])(?:model|net|network|module)$", name) is not None
+
+
+def _is_a_model(call: ast.Call) -> bool:
+    """`model(x)`, `net(x)`, `Net(...)` of a class defined beside it, `from_pretrained(...)`, `hub.load(...)`."""
+    name = _call_name(call)
+    last = name.split(".")[-1]
+    return re.search(r"(?:^|[._])(?:model|net|network|module)$", name.lower()) is not None \
+        or last in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load") \
+        or re.fullmatch(BUILDER, last.lower()) is not None
 
 
 def _text_signals(code: str) -> list[str]:
@@ -668,6 +680,8 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         return None
     if facts.pair is not None and clues.pairs and facts.pair not in clues.pairs:
         return None
+    if clues.pairs == ("two_accelerators",) and facts.pair is None and "ranks" not in facts.code:
+        return None  # a second accelerator, which neither the message nor the code shows (`.cuda()` is everywhere)
     if facts.side is not None and clues.sides and facts.side not in clues.sides:
         return None
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
@@ -768,14 +782,24 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
             return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug == other.scenario),
                              note=other.why)
     top = tuple(matches[:3])
-    # ambiguous: only the message's kind fits, or the first two differ by no more than their priors
-    if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]):
+    # ambiguous: only the message's kind fits, the first two differ by no more than their priors, or nothing but the
+    # message speaks for the first. A message names the op and the tensor on the wrong device, not how it got there:
+    # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an
+    # offloaded encoder's device read. Only the traceback's frames or the code show the case.
+    if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
+                         or not shown(facts, registry.get(top[0].slug))):
         scenario = registry.get(top[0].slug)
         more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
                                                          "frame that raises tells most of them apart")
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{scenario.clues.question}{more}")
     return Diagnosis(facts, "scenario", top)
+
+
+def shown(facts: Facts, scenario: registry.Scenario) -> bool:
+    """Whether the input shows the scenario's case, beyond its message: a frame it raises in or a signal of its
+    code."""
+    return bool(set(facts.frames) & set(scenario.clues.frames) or set(facts.code) & set(scenario.clues.code))
 
 
 # ---- the command line's text ---------------------------------------------------------------------
