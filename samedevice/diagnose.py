@@ -26,6 +26,7 @@ import ast
 import dataclasses
 import json
 import re
+import textwrap
 
 from samedevice import registry
 
@@ -435,8 +436,8 @@ def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
-    try:
-        tree: ast.AST | None = ast.parse(code)
+    try:  # a method pasted from inside its class keeps the class's indent
+        tree: ast.AST | None = ast.parse(textwrap.dedent(code))
     except SyntaxError:
         tree = None
     found += _ast_signals(tree) if tree is not None else _text_signals(code)
@@ -478,8 +479,16 @@ def _ast_signals(tree: ast.AST) -> list[str]:
             if fn.name == "forward" and isinstance(node, ast.Call) and name.startswith(("torch.", "np.")) \
                     and name.split(".")[-1] in FACTORIES and not any(k.arg == "device" for k in node.keywords):
                 found.append("factory_in_forward")
+            if fn.name == "forward" and re.fullmatch(LAYER, name):
+                found.append("factory_in_forward")  # a layer made in forward: its weights are made on the CPU
             if fn.name == "__init__":
                 found += _attribute_signals(node)
+    # `self.heads = []` and then `self.heads.append(nn.Linear(...))`: layers in a plain list, built one by one
+    lists = {t.attr for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.List)
+             for t in n.targets if isinstance(t, ast.Attribute) and _call_name(t.value) == "self"}
+    if any(isinstance(n, ast.Call) and _call_name(n) in {f"self.{a}.append" for a in lists} and n.args
+           and re.match(r"(?:torch\.)?nn\.", _call_name(n.args[0])) for n in ast.walk(tree)):
+        found.append("plain_list_layers")
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda") and _moves_a_model(n)]
@@ -507,6 +516,9 @@ def _to_a_device(call: ast.Call) -> bool:
     return bool(call.args) or any(k.arg == "device" for k in call.keywords)
 
 
+# a layer of torch.nn that has weights, built by a call (`nn.BatchNorm2d(64)`; not `nn.ReLU()`, `nn.functional.relu`)
+LAYER = (r"(?:torch\.)?nn\.(?!(?:ReLU|ReLU6|LeakyReLU|GELU|SiLU|ELU|Sigmoid|Tanh|Softmax|LogSoftmax|Dropout\w*|Identity"
+         r"|Flatten|Unflatten|\w*Pool\w*|Upsample\w*|\w*Loss)\b)[A-Z]\w*")
 BUILDER = r"(?:new|build|get|create|make|load|init|setup)_\w*(?:model|net|network|module)"  # a function making a model
 
 
@@ -541,8 +553,11 @@ def _text_signals(code: str) -> list[str]:
     found = []
     forward = re.search(r"def forward\(.*?(?=\n\S|\n\s*def |\Z)", code, flags=re.S)
     factory = r"(?:torch|np)\.(?:" + "|".join(FACTORIES) + r")\((?![^\n]*device\s*=)"
-    if forward and re.search(factory, forward.group(0)):
+    if forward and (re.search(factory, forward.group(0)) or re.search(r"(?<![\w.])" + LAYER + r"\(", forward.group(0))):
         found.append("factory_in_forward")
+    if any(re.search(rf"self\.{name}\.append\(\s*(?:torch\.)?nn\.", code)
+           for name in re.findall(r"self\.(\w+)\s*=\s*\[\s*\]", code)):
+        found.append("plain_list_layers")
     if re.search(r"self\.\w+\s*=\s*torch\.(?:" + "|".join(FACTORIES) + r")\(", code):
         found.append("plain_tensor_attr")
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):

@@ -326,6 +326,24 @@ def test_layers_in_a_plain_list_are_read_in_a_fragment_too(code: str) -> None:
     assert "model_never_moved" not in signals
 
 
+def test_a_layer_built_in_forward_and_layers_appended_to_a_plain_list() -> None:
+    """A layer built inside forward is built on the CPU, as a factory there is (an activation, which has no
+    weights, is not); layers appended one by one to a list assigned in __init__ are a plain list's. Both read in a
+    method pasted with its class's indent."""
+    method = ("    def forward(self, x):\n        x = self.conv(x)\n        x = nn.BatchNorm2d(self.features)(x)\n"
+              "        return nn.ReLU()(x)\n")
+    assert "factory_in_forward" in diagnose.read_code(method)
+    assert "factory_in_forward" in diagnose.read_code(method + "  )")  # no parse: the text's rule
+    harmless = "    def forward(self, x):\n        return nn.ReLU()(nn.functional.relu(x))\n"
+    assert "factory_in_forward" not in diagnose.read_code(harmless)
+    appended = ("    def __init__(self):\n        super().__init__()\n        self.convs = []\n"
+                "        for i in range(3):\n            self.convs.append(nn.Conv1d(1, 1, 3))\n")
+    assert "plain_list_layers" in diagnose.read_code(appended)
+    assert "plain_list_layers" in diagnose.read_code(appended + "  )")
+    module_list = appended.replace("self.convs = []", "self.convs = nn.ModuleList()")
+    assert "plain_list_layers" not in diagnose.read_code(module_list)
+
+
 def test_code_does_not_turn_another_error_into_a_device_one() -> None:
     """An error the templates do not read stays "no device error", whatever the pasted code suggests."""
     result = diagnose.diagnose("ValueError: too many values to unpack", "for x, y in loader:\n    x = x.to(device)\n")
@@ -526,13 +544,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 95 covered reports, four batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.41, 0.58), False: (0.38, 0.57)}[with_code]
+    floor = {True: (0.43, 0.61), False: (0.38, 0.57)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     assert result["rest_right"] >= 0.36
-    # one lesson named: 16 of 23 right with the code, 13 of 19 without (it was 23 of 49 and 20 of 42 before a lesson
+    # one lesson named: 18 of 25 right with the code, 13 of 19 without (it was 23 of 49 and 20 of 42 before a lesson
     # needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.69, False: 0.68}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.72, False: 0.68}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
