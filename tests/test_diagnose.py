@@ -166,19 +166,20 @@ CPU_HOST_MESSAGE = ("RuntimeError: Attempting to deserialize object on a CUDA de
                     "map_location=torch.device('cpu') to map your storages to the CPU.")
 
 
-def test_a_checkpoint_on_an_unseen_gpu_asks_whether_the_host_has_one() -> None:
-    """The message alone cannot tell a CPU host (the lesson) from a GPU host whose PyTorch cannot see the GPU (a
-    CPU-only build, a driver: no lesson of the catalog): the second is said first, with the check that tells them
-    apart, and the lesson second, for the host without a GPU."""
+def test_a_checkpoint_on_a_missing_gpu_is_the_lesson_with_the_unseen_gpu_as_its_caveat() -> None:
+    """The message alone cannot tell a CPU host (the lesson, and the likelier: 12 of the 16 reports of it) from a
+    GPU host whose PyTorch cannot see the GPU (a CPU-only build, a driver: no lesson of the catalog): the lesson
+    comes first, and the other cause after it, with the check that tells them apart."""
     result = diagnose.diagnose(CPU_HOST_MESSAGE)
-    assert result.verdict == "not_in_catalog"
-    assert not result.found
+    assert result.verdict == "scenario"
+    assert [m.slug for m in result.matches] == ["cuda_checkpoint_on_cpu_host"]
     assert "torch.version.cuda" in result.note
     assert "CPU-only PyTorch build" in result.note
-    assert [m.slug for m in result.matches] == ["cuda_checkpoint_on_cpu_host"]
-    assert "cuda_checkpoint_on_cpu_host" in diagnose.render(result)
+    text = diagnose.render(result)
+    assert text.index("1. cuda_checkpoint_on_cpu_host") < text.index("But: a host without the accelerator")
     lines = diagnose.summary(result).splitlines()  # what a failing test's report shows
-    assert lines[0].startswith("not in the catalog, first: PyTorch cannot see the accelerator here")
+    assert lines[0].startswith("likeliest scenario: cuda_checkpoint_on_cpu_host")
+    assert lines[-2].startswith("but: a host without the accelerator is this lesson's case. If this host has one")
     assert lines[-1] == "the lesson: samedevice show cuda_checkpoint_on_cpu_host"
 
 
@@ -308,9 +309,10 @@ def test_the_unseen_gpu_note_is_cuda_s_and_a_cpu_host_is_read_from_the_load() ->
     keyword on one tensor does not make a GPU script a CPU host's; `map_location='cpu'` or `device = 'cpu'` does."""
     mps = diagnose.diagnose(CPU_HOST_MESSAGE.replace("CUDA", "MPS").replace("cuda", "mps"))
     assert mps.verdict == "scenario"
+    assert not mps.note
     gpu_script = "device = torch.device('cuda')\nmask = torch.zeros(10, device='cpu')\nckpt = torch.load('last.pt')\n"
-    assert diagnose.diagnose(CPU_HOST_MESSAGE, gpu_script).verdict == "not_in_catalog"
-    assert diagnose.diagnose(CPU_HOST_MESSAGE, "device = 'cpu'\nckpt = torch.load('last.pt')\n").verdict == "scenario"
+    assert "PyTorch cannot see it" in diagnose.diagnose(CPU_HOST_MESSAGE, gpu_script).note
+    assert not diagnose.diagnose(CPU_HOST_MESSAGE, "device = 'cpu'\nckpt = torch.load('last.pt')\n").note
 
 
 @pytest.mark.parametrize("code", [
@@ -526,14 +528,16 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.80, 0.96), False: (0.70, 0.89)}[with_code]  # 55 covered reports
+    floor = {True: (0.83, 0.96), False: (0.76, 0.89)}[with_code]  # 55 covered reports
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     # the rest (reports the catalog does not teach) is 15 now: the two checkpoints from a device index the host
-    # lacks are the cuda_checkpoint_on_cpu_host page's second message, labelled so
-    assert result["rest_right"] >= 0.80
-    # a verdict that names one lesson is right this often (the rest are candidates): 19 of 21, 13 of 15
-    assert result["confident_right"] >= {True: 0.90, False: 0.86}[with_code], result["misses"]
+    # lacks are the cuda_checkpoint_on_cpu_host page's second message, labelled so. Four of the rest are the bare
+    # checkpoint message on a GPU host PyTorch cannot see: the lesson comes first for it (12 of its 16 reports
+    # are a host without the GPU), the unseen GPU after it, so they are answered wrong
+    assert result["rest_right"] >= 0.53
+    # a verdict that names one lesson is right this often (the rest are candidates): 21 of 27, 16 of 22
+    assert result["confident_right"] >= {True: 0.77, False: 0.72}[with_code], result["misses"]
 
 
 @pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
@@ -544,13 +548,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 121 covered reports, five batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.41, 0.71), False: (0.38, 0.71)}[with_code]
+    floor = {True: (0.48, 0.71), False: (0.45, 0.71)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     assert result["rest_right"] >= 0.41
-    # one lesson named: 23 of 31 right with the code, 18 of 25 without (on the first four batches it was 23 of 49
+    # one lesson named: 32 of 40 right with the code, 27 of 34 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.74, False: 0.72}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.79, False: 0.79}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
