@@ -39,7 +39,7 @@ DEVICE = r"(?:cuda|mps|xpu|emulated|npu|hpu|privateuseone|meta|cpu)(?::\d+)?"
 class Template:
     name: str
     kind: str  # mismatch, deserialize, rng, generator, meta, meta_copy, oom, capturable, dataparallel, ddp, collective,
-    # numpy, dtype
+    # numpy, dtype, assert
     pattern: re.Pattern[str]
     why: str
 
@@ -99,6 +99,10 @@ TEMPLATES = (
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
+    # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
+    # CUDA reports at a later call: no placement problem (c10/cuda/CUDAException.cpp; cudaErrorAssert's text)
+    _t("device_assert", "assert", r"device-side assert(?:ion)? triggered|CUDA error: an illegal memory access",
+       "a CUDA kernel's own assert failed (an index out of range), not a device check"),
     _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\) "
        r"should be the same", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
@@ -144,6 +148,10 @@ TEMPLATES = (
        "a pre-1.0 THC kernel's check: two GPUs"),
     _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch(?:\.\w+)+) but (?:found|got) (?:type )?"
        r"(?P<b>torch(?:\.\w+)+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
+    # TensorIterator lets a CUDA kernel read one 0-dim CPU tensor as a scalar, not two
+    # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op
+    _t("cpu_scalars", "mismatch", r"Trying to pass too many CPU scalars to CUDA kernel",
+       "a CUDA op given more than one 0-dim CPU tensor (TensorIterator reads only one as a scalar)"),
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
@@ -160,6 +168,10 @@ TEMPLATES = (
        r"storage on different device \"(?P<b>" + DEVICE + r")\"", "a tensor given the storage of another device's"),
     _t("mps_placeholder", "mismatch", r"Placeholder storage has not been allocated on MPS device",
        "an MPS kernel given a CPU tensor"),
+    # an op's own check naming its two tensors and their devices (stft's input and window, masked_fill's self and
+    # mask): "... must be on the same device but got self on cuda:0 and window on cpu"
+    _t("named_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
+       + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
        "a device check whose wording names no devices"),
 )
@@ -268,7 +280,7 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n for n in found if n]
     if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
-    if template.name in ("same_gpu", "thnn_cpu_argument"):
+    if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars"):
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
@@ -297,7 +309,8 @@ def _frame(match: re.Match[str]) -> tuple[str, str]:
     return path.replace("\\", "/"), func.rstrip("(").split(".")[-1]  # IPython 8 qualifies it: Net.forward
 # frame kind -> (path regex, function regex or None), each a place a scenario's error is raised from
 FRAMES = {
-    "optimizer_step": (r"torch[/\\]optim[/\\](?!optimizer\.py)", None),
+    # not the scheduler's wrapper of an optimizer's step (lr_scheduler.py's), which wraps any optimizer's
+    "optimizer_step": (r"torch[/\\]optim[/\\](?!optimizer\.py|lr_scheduler\.py)", None),
     "sgd_step": (r"torch[/\\]optim[/\\]sgd\.py", None),
     "adam_step": (r"torch[/\\]optim[/\\]adamw?\.py", None),
     "optimizer_load": (r"torch[/\\]optim[/\\]optimizer\.py", r"load_state_dict"),
@@ -394,6 +407,8 @@ def read_version(text: str) -> str | None:
 FACTORIES = {"zeros", "ones", "arange", "rand", "randn", "randint", "empty", "full", "tensor", "Tensor",
              "FloatTensor", "LongTensor", "linspace", "eye", "from_numpy", "as_tensor",
              "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
+# a factory call without device=: the tensor it makes is on the CPU (or the default device)
+FACTORY_CALL = r"\b(?:torch|np)\.(?:" + "|".join(sorted(FACTORIES)) + r")\((?![^\n]*device\s*=)"
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -436,14 +451,31 @@ def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
-    try:  # a method pasted from inside its class keeps the class's indent
-        tree: ast.AST | None = ast.parse(textwrap.dedent(code))
+    try:  # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
+        tree: ast.AST | None = ast.parse(textwrap.dedent(_without_prompts(code)))
     except SyntaxError:
         tree = None
     found += _ast_signals(tree) if tree is not None else _text_signals(code)
     if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
         found.append("tokenizer_not_moved")
     return tuple(dict.fromkeys(found))
+
+
+def _without_prompts(code: str) -> str:
+    """Code pasted from an interactive session: Python's prompts (`>>> `, `... `) dropped, IPython's line magics
+    (`%time expr`) reduced to their statement, and shell escapes (`!pip ...`) and other magics left out."""
+    if not re.search(r"(?m)^\s*(?:>>>|%|!)", code):
+        return code
+    lines = []
+    for line in code.splitlines():
+        line = re.sub(r"^(?:>>>|\.\.\.)(?: |$)", "", line)
+        magic = re.match(r"\s*%+(?:time|timeit|prun)\s+(?P<stmt>.+)", line)
+        if magic:
+            line = magic.group("stmt")
+        elif re.match(r"\s*[%!]", line):
+            continue
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _call_name(node: ast.AST) -> str:
@@ -491,16 +523,30 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("plain_list_layers")
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda") and _moves_a_model(n)]
+    built = _modules_built_and_called(tree, calls)
+    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
+             and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n)))]
     if moves:
         found.append("model_moved")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
-    # inputs moved to the device and a model in the code (one called, built or loaded) that never is
-    if not moves and any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in calls) \
-            and any(_is_a_model(n) for n in calls):
+    # inputs moved to the device (or made there) and a model in the code (one called, built or loaded) that never is
+    on_device = any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in calls) or any(
+        _call_name(n).split(".")[-1] in FACTORIES and any(k.arg == "device" and _to_a_device(n) for k in n.keywords)
+        for n in calls)
+    if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     return found
+
+
+def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
+    """Names bound to an instance of a class (`effect = PitchShift(...)`, `m = CubicBSplineGrid3d(...)`) that the
+    code then calls (`effect(waveform)`): a module, whatever its name. Not torch's factories nor numpy's."""
+    bound = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             for t in n.targets if isinstance(t, ast.Name)
+             and (name := _call_name(n.value)).split(".")[-1][:1].isupper()
+             and not name.startswith(("torch.", "np.", "numpy.", "t.")) and name.split(".")[-1] not in FACTORIES}
+    return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound}
 
 
 def _to_a_device(call: ast.Call) -> bool:
@@ -552,8 +598,8 @@ def _is_a_model(call: ast.Call) -> bool:
 def _text_signals(code: str) -> list[str]:
     found = []
     forward = re.search(r"def forward\(.*?(?=\n\S|\n\s*def |\Z)", code, flags=re.S)
-    factory = r"(?:torch|np)\.(?:" + "|".join(FACTORIES) + r")\((?![^\n]*device\s*=)"
-    if forward and (re.search(factory, forward.group(0)) or re.search(r"(?<![\w.])" + LAYER + r"\(", forward.group(0))):
+    if forward and (re.search(FACTORY_CALL, forward.group(0))
+                    or re.search(r"(?<![\w.])" + LAYER + r"\(", forward.group(0))):
         found.append("factory_in_forward")
     if any(re.search(rf"self\.{name}\.append\(\s*(?:torch\.)?nn\.", code)
            for name in re.findall(r"self\.(\w+)\s*=\s*\[\s*\]", code)):
@@ -675,6 +721,8 @@ class Diagnosis:
 
 def read(text: str, code: str = "") -> Facts:
     template, groups, message = read_message(text)
+    if template is not None and template.name == "named_pair":  # the argument is the tensor on the CPU
+        groups = {**groups, "arg": groups["n1"] if (groups["a"] or "").lower() == "cpu" else groups["n2"]}
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ())
@@ -683,8 +731,26 @@ def read(text: str, code: str = "") -> Facts:
     return Facts(template=template.name if template else None, kind=template.kind if template else None,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op"), frames=frames,
                  side=_side(template, groups), site=raise_site(text),
-                 code=read_code("\n".join(part for part in (code, _code_lines(text)) if part)),
+                 # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut
+                 # mid-call does not spoil the parse of the code
+                 code=tuple(dict.fromkeys(read_code(code) + read_code(_code_lines(text)) + (
+                     ("factory_raised",) if re.search(FACTORY_CALL, raising_line(text)) else ()))),
                  torch_version=version)
+
+
+ARROW = re.compile(r"^\s*-*>\s*\d+\s(?P<code>.*)$")  # IPython's arrow at the line that ran: `---> 68 idx = ...`
+
+
+def raising_line(text: str) -> str:
+    """The source line a traceback quotes under its deepest frame: the line that raised."""
+    lines, last = text.splitlines(), ""
+    for i, line in enumerate(lines):
+        arrow = ARROW.match(line)
+        if arrow:
+            last = arrow.group("code")
+        elif FRAME.search(line) and i + 1 < len(lines) and not FRAME.search(lines[i + 1]):
+            last = lines[i + 1]
+    return last.strip()
 
 
 def _code_lines(text: str) -> str:
@@ -706,7 +772,11 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
         return None  # state updated in place raises in the update's op, and the message names another
     sites = [f for f in clues.frames if f in RAISE_SITES]
-    if facts.site is not None and sites and facts.site not in sites:
+    # an optimizer of its own whose step updates Adam's moments (`exp_avg`: transformers' AdamW before 4.x) is an
+    # Adam: its moments are in optimizer.state, which the load casts as it does torch.optim's
+    adam_of_its_own = facts.site == "custom_optimizer_step" and "adam_step" in facts.frames \
+        and "adam_step" in clues.frames
+    if facts.site is not None and sites and facts.site not in sites and not adam_of_its_own:
         return None  # it raises elsewhere than this scenario's broken code does
     total, why = 0.0, []
     if facts.kind is not None:
@@ -756,7 +826,9 @@ CODE_WHY = {
     "plain_list_layers": "layers are kept in a plain list or dict", "tokenizer": "a tokenizer's output",
     "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
     "model is not", "model_moved": "the model is moved to the device",
-    "group_tensor": "a tensor is put in an optimizer's param group", "custom_optimizer": "an optimizer of its own",
+    "group_tensor": "a tensor is put in an optimizer's param group",
+    "factory_raised": "the line that raised makes a tensor without device=",
+    "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
 }
 
@@ -773,6 +845,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind == "dtype" or (facts.template in ("input_weight", "legacy_type") and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
+    if facts.kind == "assert":
+        return Diagnosis(facts, "not_device_error", note="a CUDA kernel's own check failed, most often an index out "
+                         "of range (a token id past the embedding's size, a class id past the classes, a label of "
+                         "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
+                         "the op and the real message; no device lesson applies")
     for bug in UPSTREAM:
         if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions) \
                 and bug.side in (None, facts.side):

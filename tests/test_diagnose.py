@@ -82,6 +82,10 @@ WORDINGS = parametrize_cases(
     Case("deserialize_second_sentence", text="If you are running on a CPU-only machine, please use torch.load with "
          "map_location=torch.device('cpu') to map your storages to the CPU.", template="deserialize", devices=(),
          argument=None),
+    Case("named_pair", text="RuntimeError: stft input and window must be on the same device but got self on cuda:0 "
+         "and window on cpu", template="named_pair", devices=("cuda:0", "cpu"), argument="window"),
+    Case("cpu_scalars", text="RuntimeError: Trying to pass too many CPU scalars to CUDA kernel!",
+         template="cpu_scalars", devices=("cuda", "cpu"), argument=None),
     Case("thnn_criterion", text="TypeError: CudaBCECriterion_updateOutput received an invalid combination of arguments "
          "- got (int, torch.cuda.FloatTensor, torch.cuda.FloatTensor, torch.cuda.FloatTensor, bool, torch.FloatTensor)",
          template="thnn_cpu_argument", devices=("cuda", "cpu"), argument=None),
@@ -148,6 +152,8 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     ("TypeError: add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor), but expected "
      "one of:\n * (float value)\n * (torch.FloatTensor other)", "fixed_upstream", "fixed upstream in PyTorch 0.4.0"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
+    ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at "
+     "some other API call, so the stacktrace below might be incorrect.", "not_device_error", "an index out of range"),
     ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
      "not_device_error", "differ in dtype"),
     ("RuntimeError: Expected object of scalar type Float but got scalar type Double for argument #2 'target'",
@@ -344,6 +350,62 @@ def test_a_layer_built_in_forward_and_layers_appended_to_a_plain_list() -> None:
     assert "plain_list_layers" in diagnose.read_code(appended + "  )")
     module_list = appended.replace("self.convs = []", "self.convs = nn.ModuleList()")
     assert "plain_list_layers" not in diagnose.read_code(module_list)
+
+
+IPYTHON_ARROWS = """.../torch_geometric/utils/coalesce.py in coalesce(edge_index, edge_attr, num_nodes, reduce)
+     67     dim_size = edge_index.size(1)
+---> 68     idx = torch.arange(0, nnz).sub_(mask.logical_not_().cumsum(dim=0))
+     69
+
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+
+
+def test_the_line_that_raised_making_a_tensor_without_device_is_a_factory() -> None:
+    """The line under the deepest frame (Python's quoted line, IPython's `--->` arrow) is the one that raised: a
+    factory on it without device= made the CPU tensor, whichever function it is in."""
+    assert diagnose.raising_line(IPYTHON_ARROWS).startswith("idx = torch.arange(0, nnz)")
+    assert diagnose.raising_line(OPTIMIZER_TRACEBACK) == "sgd(params, d_p_list, momentum_buffer_list)"
+    result = diagnose.diagnose(IPYTHON_ARROWS)
+    assert "factory_raised" in result.facts.code
+    assert result.matches[0].slug == "factory_in_forward"
+    assert "the code: the line that raised makes a tensor without device=" in result.matches[0].why
+    with_device = IPYTHON_ARROWS.replace("torch.arange(0, nnz)", "torch.arange(0, nnz, device=mask.device)")
+    assert "factory_raised" not in diagnose.read(with_device).code
+
+
+def test_a_module_built_and_called_but_never_moved_is_read_from_a_session() -> None:
+    """An instance of a class that the code then calls is a module, whatever its name (`effect = PitchShift()`);
+    with its input made on the device and no move of it, the model is left behind. A session's `>>>` prompts and
+    `%time` are read as the code they hold; the traceback's own cut lines do not spoil the parse of the code."""
+    session = (">>> import torch as t\n>>> m = CubicBSplineGrid3d(resolution=(6, 10, 10))\n"
+               ">>> %time m(t.rand(50, 3, device='cuda'))\n")
+    assert "model_never_moved" in diagnose.read_code(session)
+    script = 'waveform = torch.randn(1600, device="cuda")\neffect = PitchShift(16000, 1)\nout = effect(waveform)\n'
+    assert "model_never_moved" in diagnose.read_code(script)
+    moved = script.replace("out = effect", "effect.to(device)\nout = effect")
+    assert "model_never_moved" not in diagnose.read_code(moved)
+    assert "model_moved" in diagnose.read_code(moved)
+    traceback = ('  File "/x/torch/functional.py", line 641, in stft\n    return _VF.stft(input, n_fft, hop_length,\n'
+                 "RuntimeError: stft input and window must be on the same device but got self on cuda:0 and window "
+                 "on cpu")
+    result = diagnose.diagnose(traceback, script)
+    assert "model_never_moved" in result.facts.code
+    assert result.matches[0].slug == "model_not_moved"
+
+
+def test_the_scheduler_s_wrapper_is_no_step_and_an_adam_of_its_own_is_an_adam() -> None:
+    """lr_scheduler.py's wrapper of `optimizer.step` is not torch.optim's step; an optimizer of its own whose step
+    updates `exp_avg` (transformers' old AdamW) is an Adam, whose moments the load casts as torch.optim's."""
+    text = ('  File "/x/site-packages/torch/optim/lr_scheduler.py", line 67, in wrapper\n'
+            "    return wrapped(*args, **kwargs)\n"
+            '  File "/x/site-packages/transformers/optimization.py", line 155, in step\n'
+            "    exp_avg.mul_(beta1).add_(1.0 - beta1, grad)\n"
+            "RuntimeError: expected device cpu but got device cuda:0")
+    facts = diagnose.read(text)
+    assert facts.site == "custom_optimizer_step"
+    assert "optimizer_step" not in facts.frames
+    assert "adam_exp_avg" in [m.slug for m in diagnose.diagnose(text).matches]
+    assert "adam_exp_avg" not in [m.slug for m in diagnose.diagnose(THIRD_PARTY_STEP).matches]
 
 
 def test_code_does_not_turn_another_error_into_a_device_one() -> None:
@@ -548,13 +610,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 121 covered reports, five batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.48, 0.71), False: (0.45, 0.71)}[with_code]
+    floor = {True: (0.51, 0.73), False: (0.46, 0.71)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.41
-    # one lesson named: 32 of 40 right with the code, 27 of 34 without (on the first four batches it was 23 of 49
+    assert result["rest_right"] >= 0.43
+    # one lesson named: 35 of 43 right with the code, 28 of 35 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.79, False: 0.79}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.81, False: 0.80}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
