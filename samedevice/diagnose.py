@@ -103,11 +103,11 @@ TEMPLATES = (
     # CUDA reports at a later call: no placement problem (c10/cuda/CUDAException.cpp; cudaErrorAssert's text)
     _t("device_assert", "assert", r"device-side assert(?:ion)? triggered|CUDA error: an illegal memory access",
        "a CUDA kernel's own assert failed (an index out of range), not a device check"),
-    _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\) "
-       r"should be the same", "convolution's check of the input's type against the weight's"),
+    _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
+       r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
-    _t("codegen_named", "mismatch", r"Expected all tensors to be on the same device,? but got (?P<arg>\w+) is on "
+    _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?(?P<arg>\w+) is on "
        r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
        r"(?: \(when checking argument in method (?P<op>\w+)\))?",
        "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
@@ -138,8 +138,9 @@ TEMPLATES = (
        r"(?: \(while checking arguments for (?P<op>\w+)\))?",
        "a 1.x kernel's check that its arguments are on one GPU (TensorUtils.cpp, checkSameGPU)"),
     _t("device_type", "mismatch", r"Expected tensor(?: for argument #\d+ '(?P<arg>\w+)')? to have (?P<a>\w+) "
-       r"DeviceType, but got tensor with (?P<b>\w+) DeviceType(?: \(while checking arguments for (?P<op>\w+))?",
-       "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType)"),
+       r"(?:DeviceType|Backend), but got tensor with (?P<b>\w+) (?:DeviceType|Backend)"
+       r"(?: \(while checking arguments for (?P<op>\w+))?",
+       "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType, checkBackend)"),
     # before 0.4 a CUDA THNN function (a loss's, a layer's) named the types it got: a CPU one among them
     _t("thnn_cpu_argument", "mismatch", r"Cuda(?P<op>\w+?)_update\w+ received an invalid combination of arguments - "
        r"got \((?=[^)]*torch\.cuda\.\w+Tensor)(?=[^)]*(?<![.\w])(?P<b>torch\.(?!cuda)[A-Z]\w*))",
@@ -170,6 +171,12 @@ TEMPLATES = (
        "an MPS kernel given a CPU tensor"),
     # an op's own check naming its two tensors and their devices (stft's input and window, masked_fill's self and
     # mask): "... must be on the same device but got self on cuda:0 and window on cpu"
+    # 1.0-1.4's TensorIterator-less binary ops (aten/src/ATen/native/cuda/BinaryOpsKernel.cu's checks)
+    _t("binary_op", "mismatch", r"expected both inputs to be on same device, but input a is on (?P<a>" + DEVICE
+       + r") and input b is on (?P<b>" + DEVICE + ")", "an old binary op's check of its two inputs"),
+    # DGL's own check: a feature tensor set on a graph (a batch) that stayed on another device
+    _t("dgl_graph", "mismatch", r"Cannot assign (?:node|edge) feature \"?\w+\"? on device (?P<a>" + DEVICE
+       + r") to a graph on device (?P<b>" + DEVICE + ")", "DGL's check that a feature is on its graph's device"),
     _t("named_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
@@ -241,6 +248,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     a, arg = (groups.get("a") or "").lower(), groups.get("arg")
     if template.name == "input_weight":
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
+    if template.name == "dgl_graph":
+        return "input"  # a graph and its features: the batch, one part of it left behind
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
@@ -332,6 +341,9 @@ FRAMES = {
     "custom_optimizer_step": (r"^(?!.*\btorch[/\\](?:optim|amp|cuda|nn|utils|autograd|_dynamo|distributed)[/\\])"
                               r"(?:.*optim\w*[/\\].*|.*(?:optim|prodigy|adam|sgd|lion|lamb|novograd|dadapt|adafactor|"
                               r"sophia|schedule_?free)\w*\.py)$", r"step"),
+    # a loss of the user's or a library's own (a file or package named for losses), not torch.nn's
+    "user_loss": (r"^(?!.*\btorch[/\\]nn[/\\]).*(?:\bloss\w*[/\\][^/\\]+|\w*loss\w*\.py)$",
+                  r"forward|__call__|\w*loss\w*"),
     # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
     "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
 }
@@ -733,8 +745,7 @@ def read(text: str, code: str = "") -> Facts:
                  side=_side(template, groups), site=raise_site(text),
                  # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut
                  # mid-call does not spoil the parse of the code
-                 code=tuple(dict.fromkeys(read_code(code) + read_code(_code_lines(text)) + (
-                     ("factory_raised",) if re.search(FACTORY_CALL, raising_line(text)) else ()))),
+                 code=tuple(dict.fromkeys(read_code(code) + read_code(_code_lines(text)) + _raised(text))),
                  torch_version=version)
 
 
@@ -751,6 +762,16 @@ def raising_line(text: str) -> str:
         elif FRAME.search(line) and i + 1 < len(lines) and not FRAME.search(lines[i + 1]):
             last = lines[i + 1]
     return last.strip()
+
+
+def _raised(text: str) -> tuple[str, ...]:
+    """What the line that raised shows: a tensor made there without device=, or a tensor attribute of the module
+    read as an operand (`(x - self.mean) / self.std`; not a call of a layer, `self.fc(x)`, nor a method's)."""
+    line = raising_line(text)
+    found: tuple[str, ...] = ("factory_raised",) if re.search(FACTORY_CALL, line) else ()
+    if re.search(r"\bself\.\w+\b(?!\s*[(.\[\w])", re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
+        found += ("attribute_raised",)
+    return found
 
 
 def _code_lines(text: str) -> str:
@@ -828,6 +849,7 @@ CODE_WHY = {
     "model is not", "model_moved": "the model is moved to the device",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
+    "attribute_raised": "the line that raised reads a tensor attribute of the module (`self.<name>`)",
     "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
 }
@@ -845,6 +867,12 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind == "dtype" or (facts.template in ("input_weight", "legacy_type") and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
+    if facts.op and re.search(r"cudnn_ctc_loss", facts.op):
+        return Diagnosis(facts, "not_in_catalog", note="cuDNN's CTC loss takes its targets and both lengths on the "
+                         "CPU (int32) and only log_probs on the GPU; F.ctc_loss picks it for int32 targets (with "
+                         "blank 0 and targets of at most 256 labels). Pass int64 targets to keep the native CUDA "
+                         "kernel, or hand the targets and lengths to it on the CPU; no device lesson of the catalog "
+                         "covers this")
     if facts.kind == "assert":
         return Diagnosis(facts, "not_device_error", note="a CUDA kernel's own check failed, most often an index out "
                          "of range (a token id past the embedding's size, a class id past the classes, a label of "

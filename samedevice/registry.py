@@ -194,7 +194,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                    prior=0.1, confirm=CRITERION_CHECK, question=LOSS_QUESTION)),
     Scenario("custom_loss_weight", "A loss weight kept as a plain attribute: criterion.to(device) skips it",
              "000 seed", _accelerators("mismatch"),
-             clues=Clues(frames=("loss", "user_forward"), code=("plain_tensor_attr", "plain_list_layers"), prior=0.1,
+             clues=Clues(frames=("loss", "user_forward", "user_loss"),
+                         code=("plain_tensor_attr", "plain_list_layers", "attribute_raised"), prior=0.1,
                    confirm=CRITERION_CHECK,
                    question=LOSS_QUESTION)),
     Scenario("tokenizer_outputs", "Tokenizer outputs left on CPU; moving only input_ids is not enough",
@@ -241,7 +242,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                    question=FORWARD_QUESTION)),
     Scenario("plain_tensor_attribute", "A model's constant tensor kept as a plain attribute: model.to(device) "
              "skips it", "user reports", _accelerators("mismatch"),
-             clues=Clues(frames=("user_forward",), code=("plain_tensor_attr",), prior=0.3,
+             clues=Clues(frames=("user_forward",), code=("plain_tensor_attr", "attribute_raised"), prior=0.3,
                          confirm="audit.misplaced(device, model=model) names the attribute (kind 'attribute')",
                          question="does the model keep a tensor as a plain attribute (self.x = torch.… in __init__), "
                          "not registered as a buffer?")),

@@ -82,6 +82,18 @@ WORDINGS = parametrize_cases(
     Case("deserialize_second_sentence", text="If you are running on a CPU-only machine, please use torch.load with "
          "map_location=torch.device('cpu') to map your storages to the CPU.", template="deserialize", devices=(),
          argument=None),
+    Case("binary_op", text="RuntimeError: binary_op(): expected both inputs to be on same device, but input a is on "
+         "cuda:1 and input b is on cuda:0", template="binary_op", devices=("cuda:1", "cuda:0"), argument=None),
+    Case("dgl_graph", text='dgl._ffi.base.DGLError: Cannot assign node feature "h" on device cuda:0 to a graph on '
+         "device cpu. Call DGLGraph.to() to copy the graph to the same device.", template="dgl_graph",
+         devices=("cuda:0", "cpu"), argument=None),
+    Case("check_backend", text="RuntimeError: Expected tensor to have CPU Backend, but got tensor with CUDA Backend "
+         "(while checking arguments for cudnn_ctc_loss)", template="device_type", devices=("cpu", "cuda"),
+         argument=None),
+    Case("conv_types_cut", text="RuntimeError: Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) "
+         "should be the sam", template="input_weight", devices=("cuda", "cpu"), argument=None),
+    Case("codegen_2_8_cut", text="mat2 is on cpu, different from other tensors on cuda:0", template="codegen_named",
+         devices=("cpu", "cuda:0"), argument="mat2"),
     Case("named_pair", text="RuntimeError: stft input and window must be on the same device but got self on cuda:0 "
          "and window on cpu", template="named_pair", devices=("cuda:0", "cpu"), argument="window"),
     Case("cpu_scalars", text="RuntimeError: Trying to pass too many CPU scalars to CUDA kernel!",
@@ -373,6 +385,34 @@ def test_the_line_that_raised_making_a_tensor_without_device_is_a_factory() -> N
     assert "factory_raised" not in diagnose.read(with_device).code
 
 
+def test_a_tensor_attribute_read_on_the_line_that_raised_is_a_plain_attribute() -> None:
+    """A module's tensor attribute read as an operand on the line that raised (`(x - self.mean) / self.std`) is one
+    that `.to` skipped: a plain attribute, in a loss of one's own (a loss file or package) the loss weight's lesson.
+    A layer's call (`self.fc(x)`) or an attribute's update (`self.count += 1`) is not."""
+    loss = ('  File "/w/srgan/loss.py", line 156, in forward\n    source = (source - self.mean) / self.std\n'
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+            "cpu!")
+    result = diagnose.diagnose(loss)
+    assert "attribute_raised" in result.facts.code
+    assert "user_loss" in result.facts.frames
+    assert result.matches[0].slug == "custom_loss_weight"
+    model = loss.replace("srgan/loss.py", "sam/tiny_vit.py").replace(
+        "source = (source - self.mean) / self.std", "attn = (q @ k.transpose(-2, -1)) * self.scale")
+    assert diagnose.diagnose(model).matches[0].slug == "plain_tensor_attribute"
+    for line in ("x = self.fc(x)", "self.count += 1", "return self.layers[0](x)"):
+        assert "attribute_raised" not in diagnose.read(loss.replace("source = (source - self.mean) / self.std",
+                                                                    line)).code
+
+
+def test_cudnn_s_ctc_loss_wants_its_targets_on_the_cpu() -> None:
+    """cuDNN's CTC loss takes targets and lengths on the CPU: a device error that no lesson teaches, said so with
+    what to do."""
+    result = diagnose.diagnose("RuntimeError: Expected tensor to have CPU Backend, but got tensor with CUDA Backend "
+                               "(while checking arguments for cudnn_ctc_loss)")
+    assert (result.verdict, result.matches) == ("not_in_catalog", ())
+    assert "int64 targets" in result.note
+
+
 def test_a_module_built_and_called_but_never_moved_is_read_from_a_session() -> None:
     """An instance of a class that the code then calls is a module, whatever its name (`effect = PitchShift()`);
     with its input made on the device and no move of it, the model is left behind. A session's `>>>` prompts and
@@ -610,13 +650,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 144 covered reports, six batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.49, 0.73), False: (0.45, 0.72)}[with_code]
+    floor = {True: (0.52, 0.77), False: (0.47, 0.75)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.39
-    # one lesson named: 37 of 47 right with the code, 30 of 37 without (on the first four batches it was 23 of 49
+    assert result["rest_right"] >= 0.41
+    # one lesson named: 40 of 50 right with the code, 31 of 38 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.78, False: 0.81}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.80, False: 0.81}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
