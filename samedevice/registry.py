@@ -160,8 +160,8 @@ OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) nam
 CRITERION_CHECK = "audit.misplaced(device, criterion=criterion) names the loss's tensor"
 STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD momentum or Adam moments?"
 LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
-FORWARD_QUESTION = ("which was not moved, at the model's first layer: the batch, the model, or a layer kept "
-                    "out of .to's reach?")
+FORWARD_QUESTION = ("which tensor is on the CPU: the batch, the model's weights (a layer kept out of .to's reach "
+                    "included), or one made during forward without device=?")
 
 
 def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:
