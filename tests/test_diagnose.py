@@ -618,7 +618,7 @@ def test_the_reports_are_labelled_with_what_exists() -> None:
     known = set(registry.slugs()) | {"not_in_catalog", "fixed_upstream", "not_device_error"}
     table = (Path(__file__).parent / "data" / "README.md").read_text()
     for r in REPORTS + HELD_OUT:
-        assert r["source"].startswith("https://github.com/"), r["id"]
+        assert r["source"].startswith(("https://github.com/", "https://discuss.pytorch.org/")), r["id"]
         assert r["error"].strip(), r["id"]
         assert r["label"] in known or f"`{r['label']}`" in table, r["id"]
         if r["label"] == "fixed_upstream":
@@ -647,16 +647,16 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 144 covered reports, six batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 161 covered reports, seven batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.52, 0.77), False: (0.47, 0.75)}[with_code]
+    floor = {True: (0.50, 0.76), False: (0.46, 0.73)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     assert result["rest_right"] >= 0.41
-    # one lesson named: 40 of 50 right with the code, 31 of 38 without (on the first four batches it was 23 of 49
+    # one lesson named: 46 of 57 right with the code, 36 of 43 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.80, False: 0.81}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.80, False: 0.83}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
