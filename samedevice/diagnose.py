@@ -55,6 +55,10 @@ TEMPLATES = (
     _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device"
        r"|If you are running on a CPU-only machine, please use torch\.load with map_location",
        "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
+    # a location tag this PyTorch has no restore function for: a device its build or version lacks (an mps:0 or a
+    # backend's checkpoint on an older or other build), torch/serialization.py's default_restore_location
+    _t("unknown_location", "deserialize", r"don't know how to restore data location of [\w.]+ \(tagged with "
+       r"(?P<a>[\w]+)(?::\d+)?\)", "torch.load met a location tag this PyTorch cannot restore"),
     _t("rng_state", "rng",
        r"RNG state must be a torch\.ByteTensor|expected a torch\.ByteTensor, but got torch\.\w+\.ByteTensor",
        "torch.set_rng_state was given a tensor that is not a CPU ByteTensor"),
@@ -156,7 +160,8 @@ TEMPLATES = (
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
-    _t("expected_device", "mismatch", r"expected device (?P<a>" + DEVICE + r") but got device (?P<b>" + DEVICE + ")",
+    _t("expected_device", "mismatch", r"expected device (?P<a>" + DEVICE + r")(?: and dtype \w+)? but got device "
+       r"(?P<b>" + DEVICE + ")",
        "an op that checks one tensor's device against another's"),
     _t("all_input_tensors", "mismatch", r"All input tensors must be on the same device\. Received (?P<a>" + DEVICE
        + r") and (?P<b>" + DEVICE + ")", "torch.cat's own check"),
@@ -506,8 +511,11 @@ def _attribute_signals(node: ast.AST) -> list[str]:
     value = node.value
     if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
         return ["plain_tensor_attr"]
+    # layers of torch.nn, or instances of other module classes (`metrics.Accuracy()`): a tensor factory is no module
     if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
-            isinstance(c, ast.Call) and _call_name(c).startswith(("nn.", "torch.nn.")) for c in ast.walk(value)):
+            isinstance(c, ast.Call) and (_call_name(c).startswith(("nn.", "torch.nn.")) or (
+                _call_name(c).split(".")[-1][:1].isupper() and _call_name(c).split(".")[-1] not in FACTORIES
+                and not _call_name(c).startswith(("torch.", "np.")))) for c in ast.walk(value)):
         return ["plain_list_layers"]
     return []
 
@@ -745,7 +753,8 @@ def read(text: str, code: str = "") -> Facts:
                  side=_side(template, groups), site=raise_site(text),
                  # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut
                  # mid-call does not spoil the parse of the code
-                 code=tuple(dict.fromkeys(read_code(code) + read_code(_code_lines(text)) + _raised(text))),
+                 code=tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
+                                          + _raised(text))),
                  torch_version=version)
 
 
@@ -762,6 +771,16 @@ def raising_line(text: str) -> str:
         elif FRAME.search(line) and i + 1 < len(lines) and not FRAME.search(lines[i + 1]):
             last = lines[i + 1]
     return last.strip()
+
+
+def _fragment(code: str) -> tuple[str, ...]:
+    """A few lines pasted as the culprit, outside any function or class, that make a tensor without device= and
+    move nothing: the tensor made on the CPU (kept as `self.<name>`, it is a plain attribute's: read_code's)."""
+    made = [line for line in code.splitlines() if re.search(FACTORY_CALL, line)
+            and not re.match(r"\s*self\.\w+\s*=", line)]
+    if made and not re.search(r"(?m)^\s*(?:def|class)\s", code) and not re.search(r"\.(?:to|cuda)\(", code):
+        return ("factory_no_device",)
+    return ()
 
 
 def _raised(text: str) -> tuple[str, ...]:
@@ -849,6 +868,7 @@ CODE_WHY = {
     "model is not", "model_moved": "the model is moved to the device",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
+    "factory_no_device": "the lines pasted make a tensor without device= and move nothing",
     "attribute_raised": "the line that raised reads a tensor attribute of the module (`self.<name>`)",
     "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",

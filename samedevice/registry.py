@@ -231,7 +231,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              clues=Clues(templates=("rnn_hidden", "all_input_tensors"), frames=("user_forward",),
                          # the commonest cause of a bare "found at least two devices" in public reports (4 of the
                          # first 70, 15 of the first 128 held out), most of them a library's own forward
-                         code=("factory_in_forward", "factory_raised"), prior=0.7,
+                         code=("factory_in_forward", "factory_raised", "factory_no_device"), prior=0.7,
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",

@@ -94,6 +94,11 @@ WORDINGS = parametrize_cases(
          "should be the sam", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("codegen_2_8_cut", text="mat2 is on cpu, different from other tensors on cuda:0", template="codegen_named",
          devices=("cpu", "cuda:0"), argument="mat2"),
+    Case("expected_device_dtype", text="RuntimeError: expected device cuda:0 and dtype Float but got device cpu and "
+         "dtype Float", template="expected_device", devices=("cuda:0", "cpu"), argument=None),
+    Case("unknown_location", text="RuntimeError: don't know how to restore data location of "
+         "torch.storage.UntypedStorage (tagged with mps:0)", template="unknown_location", devices=("mps",),
+         argument=None),
     Case("named_pair", text="RuntimeError: stft input and window must be on the same device but got self on cuda:0 "
          "and window on cpu", template="named_pair", devices=("cuda:0", "cpu"), argument="window"),
     Case("cpu_scalars", text="RuntimeError: Trying to pass too many CPU scalars to CUDA kernel!",
@@ -404,6 +409,24 @@ def test_a_tensor_attribute_read_on_the_line_that_raised_is_a_plain_attribute() 
                                                                     line)).code
 
 
+def test_modules_in_a_plain_dict_and_a_tensor_made_in_a_pasted_fragment() -> None:
+    """Instances of module classes kept in a plain dict (`{"acc": metrics.Accuracy()}`) are a plain container's, as
+    torch.nn's layers are; a few lines pasted outside any function that make a tensor without device= and move
+    nothing point at that tensor (kept as `self.<name>`, at a plain attribute instead)."""
+    metrics = 'def __init__(self):\n    self.train_metrics = {"top1": metrics.Accuracy(top_k=1)}\n'
+    assert "plain_list_layers" in diagnose.read_code(metrics)
+    assert "plain_list_layers" not in diagnose.read_code("def __init__(self):\n    self.w = [torch.ones(3)]\n")
+    message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+               "and cpu!")
+    fragment = "threshold = torch.tensor([threshold], dtype=preds.dtype)\nhyp = (preds > threshold).float()\n"
+    result = diagnose.diagnose(message, fragment)
+    assert "factory_no_device" in result.facts.code
+    assert result.matches[0].slug == "factory_in_forward"
+    for other in (fragment + "preds = preds.to(device)\n", "def f(p):\n    " + fragment.replace("\n", "\n    "),
+                  "self.threshold = torch.tensor([0.5])\n"):
+        assert "factory_no_device" not in diagnose.read(message, other).code
+
+
 def test_cudnn_s_ctc_loss_wants_its_targets_on_the_cpu() -> None:
     """cuDNN's CTC loss takes targets and lengths on the CPU: a device error that no lesson teaches, said so with
     what to do."""
@@ -638,8 +661,8 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     # checkpoint message on a GPU host PyTorch cannot see: the lesson comes first for it (12 of its 16 reports
     # are a host without the GPU), the unseen GPU after it, so they are answered wrong
     assert result["rest_right"] >= 0.53
-    # a verdict that names one lesson is right this often (the rest are candidates): 21 of 27, 16 of 22
-    assert result["confident_right"] >= {True: 0.77, False: 0.72}[with_code], result["misses"]
+    # a verdict that names one lesson is right this often (the rest are candidates): 22 of 28, 16 of 22
+    assert result["confident_right"] >= {True: 0.78, False: 0.72}[with_code], result["misses"]
 
 
 @pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
@@ -650,13 +673,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 161 covered reports, seven batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.50, 0.76), False: (0.46, 0.73)}[with_code]
+    floor = {True: (0.53, 0.77), False: (0.46, 0.74)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     assert result["rest_right"] >= 0.41
-    # one lesson named: 46 of 57 right with the code, 36 of 43 without (on the first four batches it was 23 of 49
+    # one lesson named: 49 of 61 right with the code, 36 of 44 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.80, False: 0.83}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.80, False: 0.81}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
