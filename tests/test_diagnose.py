@@ -670,16 +670,16 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     """The held-out reports (tests/data/diagnose_heldout.jsonl, labelled without running the diagnosis): what this
     version reaches on reports its rules were not written beside."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 161 covered reports, seven batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 179 covered reports, eight batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.53, 0.77), False: (0.46, 0.74)}[with_code]
+    floor = {True: (0.54, 0.77), False: (0.47, 0.74)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.41
-    # one lesson named: 49 of 61 right with the code, 36 of 44 without (on the first four batches it was 23 of 49
+    assert result["rest_right"] >= 0.35
+    # one lesson named: 57 of 72 right with the code, 43 of 52 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.80, False: 0.81}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.79, False: 0.82}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
