@@ -93,6 +93,9 @@ TEMPLATES = (
        r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
        r"one of them on device: (?P<b>" + DEVICE + ")",
        "nn.DataParallel's module is not on device_ids[0]"),
+    # before 1.1, DataParallel's broadcast of a module left on the CPU (torch/nn/parallel/_functions.py, Broadcast)
+    _t("dataparallel_cpu", "dataparallel", r"Broadcast function not implemented for CPU tensors",
+       "nn.DataParallel broadcast a module left on the CPU (before 1.1's device_ids[0] check)"),
     _t("ddp_device_ids", "ddp", r"device_ids and output_device arguments only work with single-device",
        "DistributedDataParallel was given device_ids for a module that is not on that device"),
     _t("collective", "collective",
@@ -111,7 +114,8 @@ TEMPLATES = (
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
-    _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?(?P<arg>\w+) is on "
+    _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?(?P<arg>\w+) "
+       r"(?:is )?on "
        r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
        r"(?: \(when checking argument in method (?P<op>\w+)\))?",
        "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
@@ -160,6 +164,13 @@ TEMPLATES = (
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
+    # pack_padded_sequence's lengths, which it reads on the host by design since 1.7 (torch/nn/utils/rnn.py)
+    _t("lengths", "lengths", r"'lengths' argument should be a 1D CPU int64 tensor, but got 1D (?P<a>" + DEVICE
+       + r") \w+ tensor", "pack_padded_sequence was given its lengths on a device"),
+    # an out= or in-place result whose device or dtype differs from what the op computes (TensorIterator)
+    _t("output_desired", "mismatch", r"output with device (?P<a>" + DEVICE + r") and dtype \w+ doesn't match the "
+       r"desired device (?P<b>" + DEVICE + r") and dtype \w+",
+       "an op's output of another device or dtype than it computes"),
     _t("expected_device", "mismatch", r"expected device (?P<a>" + DEVICE + r")(?: and dtype \w+)? but got device "
        r"(?P<b>" + DEVICE + ")",
        "an op that checks one tensor's device against another's"),
@@ -294,7 +305,7 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n for n in found if n]
     if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
-    if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars"):
+    if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
@@ -669,6 +680,7 @@ class Upstream:
     fixed_in: str
     why: str
     side: str | None = None  # where the message must show this side on CPU
+    same_kind: bool = False  # the two devices are one kind, one with an index and one without (cuda:0, cuda)
 
 
 UPSTREAM = (
@@ -683,6 +695,10 @@ UPSTREAM = (
     Upstream("capturable", "capturable_false", ("1.12.0",), "1.12.1",
              "PyTorch 1.12.0's Optimizer.load_state_dict moved Adam's `step` onto the parameter's device, and "
              "the non-capturable step asserted it was not (pytorch/pytorch#80809); 1.12.1 keeps `step` on CPU"),
+    Upstream("generator", "generator", ("1.7.0", "1.7.1", "1.8.0", "1.8.1"), "1.9.0",
+             "CUDA's randperm compared its generator's device with its result's exactly, so a generator made with "
+             "device='cuda' (no index) was refused against cuda:0 (pytorch/pytorch#58545); 1.9.0 compares the device "
+             "types (pytorch/pytorch#59352)", same_kind=True),
 )
 
 
@@ -877,6 +893,8 @@ CODE_WHY = {
 
 # device errors of a kind no scenario raises, and what they mean
 NOT_TAUGHT = {
+    "lengths": "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "
+               "pass `lengths.cpu()` (or a list); the catalog teaches tensors mixed by mistake, not this",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
@@ -884,7 +902,10 @@ NOT_TAUGHT = {
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
     facts = read(text, code)
-    if facts.kind == "dtype" or (facts.template in ("input_weight", "legacy_type") and len(facts.devices) < 2):
+    # a message that names two devices and dtypes, and the devices are one: the dtypes differ
+    one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1
+    if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type")
+                                               and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")
     if facts.op and re.search(r"cudnn_ctc_loss", facts.op):
@@ -899,8 +920,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
     for bug in UPSTREAM:
+        kinds = {d.split(":")[0] for d in facts.devices}
+        index_only = len(facts.devices) == 2 and len(kinds) == 1 and sum(":" in d for d in facts.devices) == 1
         if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions) \
-                and bug.side in (None, facts.side):
+                and bug.side in (None, facts.side) and (not bug.same_kind or index_only):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
     if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")

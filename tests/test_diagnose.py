@@ -99,6 +99,13 @@ WORDINGS = parametrize_cases(
     Case("unknown_location", text="RuntimeError: don't know how to restore data location of "
          "torch.storage.UntypedStorage (tagged with mps:0)", template="unknown_location", devices=("mps",),
          argument=None),
+    Case("output_desired", text="RuntimeError: output with device cuda:0 and dtype Float doesn't match the desired "
+         "device cpu and dtype Float", template="output_desired", devices=("cuda:0", "cpu"), argument=None),
+    Case("dataparallel_cpu", text="TypeError: Broadcast function not implemented for CPU tensors",
+         template="dataparallel_cpu", devices=("cuda", "cpu"), argument=None),
+    Case("codegen_2_8_tensors", text="RuntimeError: Expected all tensors to be on the same device, but got tensors on "
+         "cuda:0, different from other tensors on cpu", template="codegen_named", devices=("cuda:0", "cpu"),
+         argument="tensors"),
     Case("named_pair", text="RuntimeError: stft input and window must be on the same device but got self on cuda:0 "
          "and window on cpu", template="named_pair", devices=("cuda:0", "cpu"), argument="window"),
     Case("cpu_scalars", text="RuntimeError: Trying to pass too many CPU scalars to CUDA kernel!",
@@ -169,6 +176,14 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     ("TypeError: add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor), but expected "
      "one of:\n * (float value)\n * (torch.FloatTensor other)", "fixed_upstream", "fixed upstream in PyTorch 0.4.0"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
+    ("output with device cuda:0 and dtype Long doesn't match the desired device cuda:0 and dtype Float",
+     "not_device_error", "differ in dtype"),
+    ("RuntimeError: expected device cuda:0 and dtype Float but got device cuda:0 and dtype Long", "not_device_error",
+     "differ in dtype"),
+    ("RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor",
+     "not_in_catalog", "lengths.cpu()"),
+    ("RuntimeError: Expected a 'cuda:0' generator device but found 'cuda'", "fixed_upstream",
+     "fixed upstream in PyTorch 1.9.0"),
     ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at "
      "some other API call, so the stacktrace below might be incorrect.", "not_device_error", "an index out of range"),
     ("RuntimeError: Expected object of type torch.cuda.FloatTensor but found type torch.cuda.DoubleTensor for argument #2 'mat2'",
@@ -673,13 +688,13 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 179 covered reports, eight batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.54, 0.77), False: (0.47, 0.74)}[with_code]
+    floor = {True: (0.54, 0.77), False: (0.48, 0.74)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.35
-    # one lesson named: 57 of 72 right with the code, 43 of 52 without (on the first four batches it was 23 of 49
+    assert result["rest_right"] >= 0.41
+    # one lesson named: 58 of 72 right with the code, 44 of 52 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.79, False: 0.82}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.80, False: 0.84}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
