@@ -27,6 +27,7 @@ import dataclasses
 import json
 import re
 import textwrap
+import warnings
 
 from samedevice import registry
 
@@ -83,7 +84,7 @@ TEMPLATES = (
     _t("capturable_true", "capturable",
        r"If capturable=True, params and state_steps must be (?:on supported devices|CUDA tensors)",
        "a capturable optimizer's `step` and parameters are on different devices"),
-    _t("oom", "oom", r"(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
+    _t("oom", "oom", r"\b(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
        r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.]{0,80}\b(?:memory|space)"
@@ -106,15 +107,11 @@ TEMPLATES = (
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
-    # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
-    # CUDA reports at a later call: no placement problem (c10/cuda/CUDAException.cpp; cudaErrorAssert's text)
-    _t("device_assert", "assert", r"device-side assert(?:ion)? triggered|CUDA error: an illegal memory access",
-       "a CUDA kernel's own assert failed (an index out of range), not a device check"),
     _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
-    _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?(?P<arg>\w+) "
+    _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?\b(?P<arg>\w+) "
        r"(?:is )?on "
        r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
        r"(?: \(when checking argument in method (?P<op>\w+)\))?",
@@ -132,7 +129,7 @@ TEMPLATES = (
        "a pre-1.5 kernel's backend check"),
     # before 0.4 the argument parser named the tensors' types: a CUDA tensor given where the CPU self's method
     # expects a CPU one ("add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor)")
-    _t("invalid_combination", "mismatch", r"(?P<op>\w+) received an invalid combination of arguments - got \([^)]*?"
+    _t("invalid_combination", "mismatch", r"\b(?P<op>\w+) received an invalid combination of arguments - got \([^)]*?"
        r"(?P<b>torch\.cuda\.\w+Tensor)[^)]*\), but expected one of:.*?\((?:float value, )?"
        r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
@@ -145,7 +142,7 @@ TEMPLATES = (
        r"tensor for argument #\d+ '\w+'; but device (?P<a>\d+) does not equal (?P<b>\d+)"
        r"(?: \(while checking arguments for (?P<op>\w+)\))?",
        "a 1.x kernel's check that its arguments are on one GPU (TensorUtils.cpp, checkSameGPU)"),
-    _t("device_type", "mismatch", r"Expected tensor(?: for argument #\d+ '(?P<arg>\w+)')? to have (?P<a>\w+) "
+    _t("device_type", "mismatch", r"Expect(?:ed)? tensor(?: for argument #\d+ '(?P<arg>\w+)')? to have (?P<a>\w+) "
        r"(?:DeviceType|Backend), but got tensor with (?P<b>\w+) (?:DeviceType|Backend)"
        r"(?: \(while checking arguments for (?P<op>\w+))?",
        "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType, checkBackend)"),
@@ -168,8 +165,8 @@ TEMPLATES = (
     _t("lengths", "lengths", r"'lengths' argument should be a 1D CPU int64 tensor, but got 1D (?P<a>" + DEVICE
        + r") \w+ tensor", "pack_padded_sequence was given its lengths on a device"),
     # an out= or in-place result whose device or dtype differs from what the op computes (TensorIterator)
-    _t("output_desired", "mismatch", r"output with device (?P<a>" + DEVICE + r") and dtype \w+ doesn't match the "
-       r"desired device (?P<b>" + DEVICE + r") and dtype \w+",
+    _t("output_desired", "mismatch", r"output with device (?P<a>" + DEVICE + r")(?: and dtype \w+)? doesn't match "
+       r"the desired device (?P<b>" + DEVICE + r")",
        "an op's output of another device or dtype than it computes"),
     _t("expected_device", "mismatch", r"expected device (?P<a>" + DEVICE + r")(?: and dtype \w+)? but got device "
        r"(?P<b>" + DEVICE + ")",
@@ -197,6 +194,11 @@ TEMPLATES = (
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
        "a device check whose wording names no devices"),
+    # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
+    # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
+    # device check is read by that check
+    _t("device_assert", "assert", r"device-side assert(?:ion)? triggered",
+       "a CUDA kernel's own assert failed (an index out of range), not a device check"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 ERROR_LINE = re.compile(r"^\s*(?:E\s+)?\w+(?:Error|Exception)\b", re.M)  # an error the templates did not read
@@ -321,10 +323,10 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
 
 # a frame line as Python, IPython 7 (a file or a cell), IPython 8 (a file or a cell) and pytest print it
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)'
-                   r"|(?P<ipath>\S+\.py|<ipython-input-[\w-]+>) in (?P<ifunc>\w+\(|<module>)"
+                   r"|(?<!\S)(?P<ipath>\S+\.py|<ipython-input-[\w-]+>) in (?P<ifunc>\w+\(|<module>)"
                    r"|File (?P<jpath>[^\s\",]+\.py):\d+, in (?P<jfunc>[\w.<>]+)"
                    r"|(?P<cell>Cell In\[\d+\]), line \d+, in (?P<cfunc>[\w.<>]+)"
-                   r"|(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")
+                   r"|(?<!\S)(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")
 
 
 def _frame(match: re.Match[str]) -> tuple[str, str]:
@@ -437,6 +439,8 @@ FACTORIES = {"zeros", "ones", "arange", "rand", "randn", "randint", "empty", "fu
              "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
 # a factory call without device=: the tensor it makes is on the CPU (or the default device)
 FACTORY_CALL = r"\b(?:torch|np)\.(?:" + "|".join(sorted(FACTORIES)) + r")\((?![^\n]*device\s*=)"
+# torch's own (numpy has no device; as_tensor keeps the device of a tensor it is given)
+TORCH_FACTORY_CALL = r"\btorch\.(?:" + "|".join(sorted(FACTORIES - {"as_tensor"})) + r")\((?![^\n]*device\s*=)"
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -460,7 +464,7 @@ SIGNALS = {
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
-    "cpu_host": r"(?m)(?:map_location\s*=|^\s*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
+    "cpu_host": r"(?m)(?:map_location\s*=|^[ \t]*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
     # a tensor put in an optimizer's param group, and an optimizer of one's own
     "group_tensor": r"(?:\b\w*group\w*|param_groups\[[^\]]*\])\[\s*['\"]\w+['\"]\s*\]\s*=\s*torch\.(?:"
@@ -478,21 +482,30 @@ SIGNALS = {
 def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
+    code = _clean(code)
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
     try:  # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
-        tree: ast.AST | None = ast.parse(textwrap.dedent(_without_prompts(code)))
-    except SyntaxError:
-        tree = None
-    found += _ast_signals(tree) if tree is not None else _text_signals(code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the parser's SyntaxWarnings (an invalid escape in a pasted string)
+            parsed: list[str] | None = _ast_signals(ast.parse(textwrap.dedent(_without_prompts(code))))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
+        parsed = None
+    found += parsed if parsed is not None else _text_signals(code)
     if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
         found.append("tokenizer_not_moved")
     return tuple(dict.fromkeys(found))
 
 
+def _clean(text: str) -> str:
+    """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
+    surrogateescape) becomes '?'."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _without_prompts(code: str) -> str:
     """Code pasted from an interactive session: Python's prompts (`>>> `, `... `) dropped, IPython's line magics
     (`%time expr`) reduced to their statement, and shell escapes (`!pip ...`) and other magics left out."""
-    if not re.search(r"(?m)^\s*(?:>>>|%|!)", code):
+    if not re.search(r"(?m)^[ \t]*(?:>>>|%|!)", code):
         return code
     lines = []
     for line in code.splitlines():
@@ -522,10 +535,11 @@ def _attribute_signals(node: ast.AST) -> list[str]:
     value = node.value
     if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
         return ["plain_tensor_attr"]
-    # layers of torch.nn, or instances of other module classes (`metrics.Accuracy()`): a tensor factory is no module
+    # layers of torch.nn, or instances of classes named as modules are (`metrics.Accuracy()`, `ResBlock()`); not a
+    # list of paths, transforms or meters
     if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
             isinstance(c, ast.Call) and (_call_name(c).startswith(("nn.", "torch.nn.")) or (
-                _call_name(c).split(".")[-1][:1].isupper() and _call_name(c).split(".")[-1] not in FACTORIES
+                re.fullmatch(MODULE_CLASS, _call_name(c).split(".")[-1])
                 and not _call_name(c).startswith(("torch.", "np.")))) for c in ast.walk(value)):
         return ["plain_list_layers"]
     return []
@@ -594,8 +608,13 @@ def _to_a_device(call: ast.Call) -> bool:
 
 
 # a layer of torch.nn that has weights, built by a call (`nn.BatchNorm2d(64)`; not `nn.ReLU()`, `nn.functional.relu`)
-LAYER = (r"(?:torch\.)?nn\.(?!(?:ReLU|ReLU6|LeakyReLU|GELU|SiLU|ELU|Sigmoid|Tanh|Softmax|LogSoftmax|Dropout\w*|Identity"
-         r"|Flatten|Unflatten|\w*Pool\w*|Upsample\w*|\w*Loss)\b)[A-Z]\w*")
+LAYER = (r"(?:torch\.)?nn\.(?!(?:ReLU|ReLU6|LeakyReLU|GELU|SiLU|ELU|SELU|CELU|Sigmoid|Tanh|Softmax\w*|LogSoftmax"
+         r"|Softplus|Softsign|Tanhshrink|Hard\w+|Mish|Threshold|Dropout\w*|Identity|Flatten|Unflatten|\w*Pool\w*|Upsample\w*"
+         r"|\w*Pad\w*|Pixel\w*Shuffle|ChannelShuffle|Unfold|Fold|CosineSimilarity|PairwiseDistance|Sequential"
+         r"|ModuleList|ModuleDict|\w*Loss)\b)[A-Z]\w*")
+# a class named as modules are: a layer, a block, a head, a metric (torchmetrics' are modules with state)
+MODULE_CLASS = (r"(?=[A-Z])\w*(?:Layer|Block|Net|Network|Module|Model|Head|Encoder|Decoder|Attention|Embedding|Conv\w*"
+                r"|Linear|Norm|LSTM|GRU|RNN|Transformer|MLP|Metric|Accuracy|Precision|Recall|F1Score|AUROC|Loss)")
 BUILDER = r"(?:new|build|get|create|make|load|init|setup)_\w*(?:model|net|network|module)"  # a function making a model
 
 
@@ -609,6 +628,9 @@ def _moves_a_model(call: ast.Call) -> bool:
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
+        if last in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load") \
+                or re.search(r"(?:^|\.)models\.\w+$", name):
+            return True  # AutoModel.from_pretrained(n), torch.hub.load(...), torchvision.models.resnet50()
         if re.fullmatch(BUILDER, last.lower()) and not name.startswith("torch."):
             return True  # new_model(), build_model(cfg), get_net(); not model(x), the model's output
         return last[:1].isupper() and not name.startswith(("torch.", "np.", "numpy.")) \
@@ -756,6 +778,7 @@ class Diagnosis:
 
 
 def read(text: str, code: str = "") -> Facts:
+    text = _clean(text)
     template, groups, message = read_message(text)
     if template is not None and template.name == "named_pair":  # the argument is the tensor on the CPU
         groups = {**groups, "arg": groups["n1"] if (groups["a"] or "").lower() == "cpu" else groups["n2"]}
@@ -780,11 +803,12 @@ ARROW = re.compile(r"^\s*-*>\s*\d+\s(?P<code>.*)$")  # IPython's arrow at the li
 def raising_line(text: str) -> str:
     """The source line a traceback quotes under its deepest frame: the line that raised."""
     lines, last = text.splitlines(), ""
+    framed = [FRAME.search(line) is not None for line in lines]
     for i, line in enumerate(lines):
         arrow = ARROW.match(line)
         if arrow:
             last = arrow.group("code")
-        elif FRAME.search(line) and i + 1 < len(lines) and not FRAME.search(lines[i + 1]):
+        elif framed[i] and i + 1 < len(lines) and not framed[i + 1]:
             last = lines[i + 1]
     return last.strip()
 
@@ -792,9 +816,11 @@ def raising_line(text: str) -> str:
 def _fragment(code: str) -> tuple[str, ...]:
     """A few lines pasted as the culprit, outside any function or class, that make a tensor without device= and
     move nothing: the tensor made on the CPU (kept as `self.<name>`, it is a plain attribute's: read_code's)."""
-    made = [line for line in code.splitlines() if re.search(FACTORY_CALL, line)
-            and not re.match(r"\s*self\.\w+\s*=", line)]
-    if made and not re.search(r"(?m)^\s*(?:def|class)\s", code) and not re.search(r"\.(?:to|cuda)\(", code):
+    made = [line for line in code.splitlines() if re.search(TORCH_FACTORY_CALL, line)
+            and not re.match(r"\s*self\.\w+\s*=", line) and "**" not in line]
+    elsewhere = (r"(?m)^[ \t]*(?:def|class)\s|\.(?:to|cuda)\(|set_default_device|with torch\.device\("
+                 r"|Data(?:set|Loader)\(")
+    if made and not re.search(elsewhere, code):
         return ("factory_no_device",)
     return ()
 
@@ -803,8 +829,15 @@ def _raised(text: str) -> tuple[str, ...]:
     """What the line that raised shows: a tensor made there without device=, or a tensor attribute of the module
     read as an operand (`(x - self.mean) / self.std`; not a call of a layer, `self.fc(x)`, nor a method's)."""
     line = raising_line(text)
-    found: tuple[str, ...] = ("factory_raised",) if re.search(FACTORY_CALL, line) else ()
-    if re.search(r"\bself\.\w+\b(?!\s*[(.\[\w])", re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
+    frames = [_frame(m) for m in FRAME.finditer(text)]
+    if frames and re.search(r"(?:^|/)torch/", frames[-1][0]):
+        return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
+    given = re.search(r"\.(?:to|cuda|type_as)\(|\*\*\w+", line) or line.count("(") > line.count(")")
+    found: tuple[str, ...] = ("factory_raised",) if re.search(TORCH_FACTORY_CALL, line) and not given else ()
+    # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
+    # `if self.training:`, `view(b, self.heads)`, `for layer in self.layers`
+    operand = r"[-+*/@%]\s*\(?\s*self\.\w+\b(?!\s*[(.\[\w])|\bself\.\w+\b(?!\s*[(.\[\w])\s*\)?\s*(?:[-+*/@%](?!=))"
+    if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
         found += ("attribute_raised",)
     return found
 
@@ -821,7 +854,8 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         return None
     if facts.pair is not None and clues.pairs and facts.pair not in clues.pairs:
         return None
-    if clues.pairs == ("two_accelerators",) and facts.pair is None and "ranks" not in facts.code:
+    if clues.pairs == ("two_accelerators",) and facts.pair is None \
+            and not {"ranks", "split_model", "device_map"} & set(facts.code):
         return None  # a second accelerator, which neither the message nor the code shows (`.cuda()` is everywhere)
     if facts.side is not None and clues.sides and facts.side not in clues.sides:
         return None

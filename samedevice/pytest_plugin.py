@@ -176,6 +176,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
             terminalreporter.write_line(line)
 
 
+DIAGNOSED_CHARS = 20_000  # of a failing test's traceback, the end the diagnosis reads
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -189,8 +192,13 @@ def pytest_runtest_makereport(
         if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
             report.sections.append(("device audit", found))
         if report.failed and call.excinfo is not None:
-            text = "".join(traceback.format_exception(call.excinfo.value))
-            diagnosis = diagnose.diagnose(text)
+            # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
+            text = "".join(traceback.format_exception(call.excinfo.value))[-DIAGNOSED_CHARS:]
+            try:
+                diagnosis = diagnose.diagnose(text)
+            except Exception as e:  # the test's own failure is the report; the diagnosis is extra
+                report.sections.append(("device error diagnosis", f"(the diagnosis failed: {e!r})"))
+                return report
             lesson = diagnose.summary(diagnosis) if diagnosis.facts.kind is not None else ""  # device errors only
             if lesson:
                 report.sections.append(("device error diagnosis", lesson))
