@@ -273,10 +273,19 @@ def test_one_epoch(lightning_kwargs, device):
 '''
 
 
+@pytest.fixture(scope="module")  # a wider scope than pytester's: set up before its snapshot
+def lightning_imported() -> None:
+    """Lightning imported before pytester's snapshot of sys.modules. pytester drops the modules an in-process run
+    first imports; imported again, torch._inductor.test_operators (which Lightning's import brings) registers its
+    operator namespace a second time, which torch refuses, and every later torch.compile or export in this process
+    fails (the tour, the report)."""
+    pytest.importorskip("lightning", reason="lightning is not installed (pip install 'same-device[stacks]')")
+
+
 @pytest.mark.emulator
+@pytest.mark.usefixtures("lightning_imported")
 def test_lightning_kwargs_runs_a_users_lightning_test_on_every_device(pytester: pytest.Pytester) -> None:
     """A user's Lightning test that takes lightning_kwargs runs on cpu and on the emulated device unchanged."""
-    pytest.importorskip("lightning", reason="lightning is not installed (pip install 'same-device[stacks]')")
     result = _inner(pytester, LIGHTNING_TEST, "--devices=cpu,emulated", "-v", "-W", "ignore::UserWarning",
                     "-W", "ignore::FutureWarning")
     result.assert_outcomes(passed=2)
