@@ -741,7 +741,7 @@ class Elsewhere:
 ELSEWHERE = (
     # the message gives the CPU host's fix itself ("If you are running on a CPU-only machine, please use
     # map_location"); what it does not say is that a host with a GPU gets it too when PyTorch cannot see that GPU.
-    # The CPU host is the likelier: of the 16 reports of this message (the 70 and the held out), 12 are labelled
+    # The CPU host is the likelier: of the 21 reports of this message (the 70 and the held out), 17 are labelled
     # with the lesson, 4 had a GPU that PyTorch could not see
     Elsewhere("deserialize", "cuda_checkpoint_on_cpu_host", ("cpu_host", "mps"),
               "a host without the accelerator is this lesson's case. If this host has one (a GPU machine, a worker "
