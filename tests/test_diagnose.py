@@ -783,14 +783,14 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 179 covered reports, eight batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 184 covered reports, nine batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.55, 0.78), False: (0.49, 0.75)}[with_code]
+    floor = {True: (0.55, 0.77), False: (0.48, 0.75)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.41
-    # one lesson named: 58 of 72 right with the code, 44 of 52 without (on the first four batches it was 23 of 49
+    assert result["rest_right"] >= 0.40
+    # one lesson named: 59 of 73 right with the code, 44 of 52 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.80, False: 0.84}[with_code], result["misses"]
 
