@@ -628,8 +628,7 @@ def _moves_a_model(call: ast.Call) -> bool:
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
-        if last in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load") \
-                or re.search(r"(?:^|\.)models\.\w+$", name):
+        if _loads_a_model(name) or re.search(r"(?:^|\.)models\.\w+$", name):
             return True  # AutoModel.from_pretrained(n), torch.hub.load(...), torchvision.models.resnet50()
         if re.fullmatch(BUILDER, last.lower()) and not name.startswith("torch."):
             return True  # new_model(), build_model(cfg), get_net(); not model(x), the model's output
@@ -639,13 +638,16 @@ def _moves_a_model(call: ast.Call) -> bool:
     return name == "self" or re.search(r"(?:^|[._])(?:model|net|network|module)$", name) is not None
 
 
+def _loads_a_model(name: str) -> bool:
+    """`AutoModel.from_pretrained`, `Model.load_from_checkpoint`, `torch.hub.load`: a call that returns a model."""
+    return name.split(".")[-1] in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load")
+
+
 def _is_a_model(call: ast.Call) -> bool:
-    """`model(x)`, `net(x)`, `Net(...)` of a class defined beside it, `from_pretrained(...)`, `hub.load(...)`."""
+    """`model(x)`, `net(x)`, a model loaded (`from_pretrained(...)`, `hub.load(...)`) or built (`build_model()`)."""
     name = _call_name(call)
-    last = name.split(".")[-1]
     return re.search(r"(?:^|[._])(?:model|net|network|module)$", name.lower()) is not None \
-        or last in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load") \
-        or re.fullmatch(BUILDER, last.lower()) is not None
+        or _loads_a_model(name) or re.fullmatch(BUILDER, name.split(".")[-1].lower()) is not None
 
 
 def _text_signals(code: str) -> list[str]:
