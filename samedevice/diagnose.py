@@ -194,6 +194,10 @@ TEMPLATES = (
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
        "a device check whose wording names no devices"),
+    # an op with no kernel for the tensor's device in this release (TH's: "randperm is only implemented for CPU")
+    _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
+       "an op with no kernel for the device in this PyTorch"),
+    _t("cudnn_failed", "cudnn", r"cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "cuDNN failed to run a kernel"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
@@ -423,13 +427,23 @@ def read_frames(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
-VERSION = re.compile(r"\b(?:py)?torch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+)"
-                     r"|\b(?P<w>\d+\.\d+\.\d+)\+(?:cu|rocm)\d+", re.I)
+# a release (2.0.1), a pre-release or nightly (2.6.0.dev20241102, 0.5.0a0, 2.1.0rc1) or a local build (+cu124, +git...)
+PRE = r"(?:(?:a|b|rc|\.dev|\.post)\d+)?"
+VERSION = re.compile(r"\b(?:py)?torch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+" + PRE + ")"
+                     r"|\b(?P<w>\d+\.\d+\.\d+" + PRE + r")\+(?:cu\d+|rocm[\d.]+|cpu\b|git[0-9a-f]+|[0-9a-f]{7,})",
+                     re.I)
 
 
 def read_version(text: str) -> str | None:
     match = VERSION.search(text)
     return (match.group("v") or match.group("w")) if match else None
+
+
+def release(version: str | None) -> tuple[int, ...] | None:
+    """A version's release as numbers to compare (2.0.1 -> (2, 0, 1)), or None where it does not place the input
+    before or after a fix: no version, or a pre-release or nightly, built from whatever the main branch had then."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post\d+)?", version or "")
+    return tuple(int(n) for n in match.groups()) if match else None
 
 
 # ---- 3. the code ---------------------------------------------------------------------------------
@@ -476,6 +490,8 @@ SIGNALS = {
     "batch_loop": r"for\s+[\w, ()]+\s+in\s+(?:enumerate\()?\w*(?:loader|batches)\w*",
     "device_check": r"check_device_consistency|next\(\w+\.parameters\(\)\)\.device",
     "moves_inputs": r"\b(?:x|inputs?|images?|data|batch|labels?|targets?)\w*\s*=\s*\w+\.(?:to\(|cuda\()",
+    # lerp's weight a 0-dim tensor made on the CPU: `torch.lerp(a, b, torch.tensor(0.5))`, `a.lerp_(b, weight=...)`
+    "lerp_cpu_scalar": r"\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
 }
 
 
@@ -696,33 +712,72 @@ class Match:
 
 @dataclasses.dataclass(frozen=True)
 class Upstream:
-    """A PyTorch bug a later release fixed, told by its message (and version, where the input has one)."""
+    """A PyTorch bug a later release fixed, told by its message and, where one message has other causes too, by the
+    call that raised it, a signal of the code, or the version the input shows."""
 
     kind: str
     template: str
-    versions: tuple[str, ...]  # the releases that had it; an input showing another version is not it
-    fixed_in: str
+    since: str  # the first release that had it
+    fixed_in: str  # an input showing a release outside [since, fixed_in) is not it
     why: str
     side: str | None = None  # where the message must show this side on CPU
     same_kind: bool = False  # the two devices are one kind, one with an index and one without (cuda:0, cuda)
+    call: str | None = None  # a function the input shows failing: the message's op, a traceback frame's, the code's
+    code: str | None = None  # a signal the code must show
+    shown: bool = False  # only where the input shows a release it had: without one, the message has a modern cause
+
+    def fits(self, facts: Facts, calls: tuple[str, ...]) -> bool:
+        seen, first, fixed = release(facts.torch_version), release(self.since), release(self.fixed_in)
+        if seen is not None and first is not None and fixed is not None and not first <= seen < fixed:
+            return False
+        kinds = {d.split(":")[0] for d in facts.devices}
+        index_only = len(facts.devices) == 2 and len(kinds) == 1 and sum(":" in d for d in facts.devices) == 1
+        return (facts.template == self.template and self.side in (None, facts.side)
+                and (not self.same_kind or index_only) and (not self.shown or seen is not None)
+                and (self.call is None or any(re.fullmatch(self.call, c) for c in calls))
+                and (self.code is None or self.code in facts.code))
 
 
+STEP_LEFT = ("before 2.1, Optimizer.load_state_dict left `step` on the CPU for a fused or capturable optimizer too, "
+             "whose kernel takes it on the parameter's device (pytorch/pytorch#103256); 2.1.0 moves it "
+             "(pytorch/pytorch#102619). On 1.13 to 2.0, move each state's `step` to its parameter's device after "
+             "load_state_dict")
 UPSTREAM = (
     # the wording is itself the version: 0.4 merged Variable and Tensor, and the parser stopped naming CUDA types
-    Upstream("mismatch", "invalid_combination", ("0.1.12", "0.2.0", "0.3.0", "0.3.1"), "0.4.0",
+    Upstream("mismatch", "invalid_combination", "0.1.12", "0.4.0",
              "before 0.4, Optimizer.load_state_dict left the loaded state where torch.load put it; since 0.4 it casts "
              "each state tensor to its parameter's device (pytorch/pytorch#3658, issue #2830): a state updated in "
              "place on CPU with a CUDA gradient", side="state"),
-    Upstream("capturable", "capturable_attribute", ("1.12.0",), "1.12.1",
+    # PyTorch 0.4.0 had no CUDA randperm: under set_default_tensor_type('torch.cuda.FloatTensor') it refused
+    Upstream("cpu_only", "cpu_only", "0.1.12", "0.4.1",
+             "torch.randperm had no CUDA kernel before 0.4.1 (pytorch/pytorch#6874); 0.4.1 added one "
+             "(pytorch/pytorch#7606). On an older release, make the permutation on the CPU and move it",
+             call=r"randperm"),
+    Upstream("capturable", "capturable_attribute", "1.12.0", "1.12.1",
              "PyTorch 1.12.0's Adam read an attribute that an optimizer restored by load_state_dict lacked "
              "(pytorch/pytorch#80831); 1.12.1 sets it (pytorch/pytorch#80345)"),
-    Upstream("capturable", "capturable_false", ("1.12.0",), "1.12.1",
+    Upstream("capturable", "capturable_false", "1.12.0", "1.12.1",
              "PyTorch 1.12.0's Optimizer.load_state_dict moved Adam's `step` onto the parameter's device, and "
              "the non-capturable step asserted it was not (pytorch/pytorch#80809); 1.12.1 keeps `step` on CPU"),
-    Upstream("generator", "generator", ("1.7.0", "1.7.1", "1.8.0", "1.8.1"), "1.9.0",
+    Upstream("generator", "generator", "1.7.0", "1.9.0",
              "CUDA's randperm compared its generator's device with its result's exactly, so a generator made with "
              "device='cuda' (no index) was refused against cuda:0 (pytorch/pytorch#58545); 1.9.0 compares the device "
              "types (pytorch/pytorch#59352)", same_kind=True),
+    # 1.12.1 kept every `step` on the CPU at load, the fused and capturable ones too; 2.1.0 moves theirs. Without a
+    # version the same message is capturable_step's: a rescue loop that skips `step`
+    Upstream("mismatch", "codegen", "1.12.1", "2.1.0", STEP_LEFT, call=r"_fused_\w+", shown=True),
+    Upstream("mismatch", "capturable_true", "1.12.1", "2.1.0", STEP_LEFT, shown=True),
+    # CUDA's lerp read its weight as a device tensor; other ops take a 0-dim CPU tensor as a scalar
+    Upstream("mismatch", "codegen", "0.1.12", "2.6.0",
+             "CUDA's torch.lerp refused a 0-dim CPU tensor as its weight, which other ops take as a scalar "
+             "(pytorch/pytorch#141811); 2.6.0 takes it (pytorch/pytorch#141820). On an older release, pass the "
+             "weight as a float (`weight.item()`) or make it on the device", code="lerp_cpu_scalar"),
+    # 2.5 moved CTC loss to cuDNN v8's, which read the lengths on the device: CPU (int32) lengths failed inside cuDNN
+    Upstream("cudnn", "cudnn_failed", "2.5.0", "2.8.0",
+             "from 2.5, cuDNN's CTC loss (v8 API) read input_lengths and target_lengths as device tensors and failed "
+             "on CPU ones (pytorch/pytorch#152421); 2.8.0 handles them (pytorch/pytorch#152745). On 2.5 to 2.7, pass "
+             "int64 targets and lengths (the native CUDA kernel) or torch.backends.cudnn.flags(enabled=False)",
+             call=r"\w*ctc_loss\w*"),
 )
 
 
@@ -790,7 +845,8 @@ def read(text: str, code: str = "") -> Facts:
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     return Facts(template=template.name if template else None, kind=template.kind if template else None,
-                 message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op"), frames=frames,
+                 message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
+                 frames=frames,
                  side=_side(template, groups), site=raise_site(text),
                  # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut
                  # mid-call does not spoil the parse of the code
@@ -800,6 +856,13 @@ def read(text: str, code: str = "") -> Facts:
 
 
 ARROW = re.compile(r"^\s*-*>\s*\d+\s(?P<code>.*)$")  # IPython's arrow at the line that ran: `---> 68 idx = ...`
+
+
+def _kernel(text: str) -> str | None:
+    """The fused or foreach kernel the line that raised calls (`torch._fused_adamw_(`), where the message names no
+    op: an optimizer's own kernel, which takes every state tensor on the parameter's device."""
+    match = re.search(r"\btorch\.(_fused_\w+|_foreach_\w+)\(", raising_line(text))
+    return match.group(1) if match else None
 
 
 def raising_line(text: str) -> str:
@@ -929,11 +992,20 @@ CODE_WHY = {
 
 # device errors of a kind no scenario raises, and what they mean
 NOT_TAUGHT = {
+    "cpu_only": "this PyTorch has no kernel for the op on the device: run the op on the CPU and move its result, or "
+                "use a release that has one (its notes say); no lesson of the catalog covers this",
     "lengths": "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "
                "pass `lengths.cpu()` (or a list); the catalog teaches tensors mixed by mistake, not this",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
+
+
+def _calls(text: str, code: str, facts: Facts) -> tuple[str, ...]:
+    """The functions the input shows: the op its message names, its traceback's frames, the calls of its code."""
+    frames = [_frame(match)[1] for match in FRAME.finditer(text)]
+    called = re.findall(r"\b(\w+)\(", code + "\n" + raising_line(text))
+    return tuple(dict.fromkeys(([facts.op] if facts.op else []) + frames + called))
 
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
@@ -955,12 +1027,15 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "of range (a token id past the embedding's size, a class id past the classes, a label of "
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
+    calls = _calls(text, code, facts)
     for bug in UPSTREAM:
-        kinds = {d.split(":")[0] for d in facts.devices}
-        index_only = len(facts.devices) == 2 and len(kinds) == 1 and sum(":" in d for d in facts.devices) == 1
-        if facts.template == bug.template and (facts.torch_version is None or facts.torch_version in bug.versions) \
-                and bug.side in (None, facts.side) and (not bug.same_kind or index_only):
+        if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
+    if facts.kind == "cudnn":
+        return Diagnosis(facts, "not_device_error", note="cuDNN failed to run a kernel: most often memory, an input "
+                         "shape or dtype its kernel does not take, or the driver. Run it once with "
+                         "torch.backends.cudnn.flags(enabled=False) to see whether cuDNN is the cause; no device "
+                         "lesson applies")
     if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}

@@ -200,6 +200,69 @@ def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str,
     assert not result.found
 
 
+FUSED_STEP = ('  File "/env/lib/python3.10/site-packages/torch/optim/adamw.py", line 616, in _fused_adamw\n'
+              "    torch._fused_adamw_(\nRuntimeError: Expected all tensors to be on the same device, but found at "
+              "least two devices, cuda:0 and cpu!")
+CTC_CUDNN = ('  File "/env/lib/python3.10/site-packages/torch/nn/functional.py", line 3069, in ctc_loss\n'
+             "    return torch.ctc_loss(\nRuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")
+LERP = "import torch\ntorch.lerp(torch.randn(10).cuda(), torch.randn(10).cuda(), torch.tensor(0.5))\n"
+TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+
+@pytest.mark.parametrize(("text", "code", "fixed_in"), [
+    ("RuntimeError: randperm is only implemented for CPU", "", "0.4.1"),
+    (CTC_CUDNN, "", "2.8.0"),
+    (CTC_CUDNN + "\ntorch 2.7.1", "", "2.8.0"),
+    (TWO_DEVICES, LERP, "2.6.0"),
+    (TWO_DEVICES + "\ntorch 2.6.0.dev20241102+cu124", LERP, "2.6.0"),  # a nightly: its fixes are unknown
+    (FUSED_STEP + "\ntorch==2.0.1", "", "2.1.0"),
+    ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1", "", "2.1.0"),
+])
+def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: str, code: str,
+                                                                         fixed_in: str) -> None:
+    """Where a message has causes of today too, what marks the bug of an old release decides: the call that raised
+    (randperm, ctc_loss), the code's own line (lerp given a 0-dim CPU weight), or a release the input shows."""
+    result = diagnose.diagnose(text, code)
+    assert result.verdict == "fixed_upstream"
+    assert f"fixed upstream in PyTorch {fixed_in}" in result.note
+
+
+@pytest.mark.parametrize(("text", "code", "verdict"), [
+    # another op without a CUDA kernel, in any release: no lesson, and no fix upstream to name
+    ("RuntimeError: cumsum is only implemented for CPU", "", "not_in_catalog"),
+    # cuDNN failing in a convolution, or in CTC loss on a release with the fix: no device error
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "", "not_device_error"),
+    (CTC_CUDNN + "\ntorch 2.8.0", "", "not_device_error"),
+    # lerp on a release that takes the CPU weight, or a weight that is no 0-dim tensor: a device error of today
+    (TWO_DEVICES + "\ntorch 2.7.0", LERP, "ambiguous"),
+    (TWO_DEVICES, LERP.replace("torch.tensor(0.5)", "torch.tensor([0.5])"), "ambiguous"),
+    # a fused kernel without a version: a cause of today (its `step` or its moments on the CPU), not the bug of 2.0
+    (FUSED_STEP, "", "ambiguous"),
+    (FUSED_STEP + "\ntorch==2.1.0", "", "ambiguous"),
+])
+def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
+                                                                          verdict: str) -> None:
+    result = diagnose.diagnose(text, code)
+    assert result.verdict == verdict, result.note
+    if text.startswith(FUSED_STEP):
+        assert "capturable_step" in [m.slug for m in result.matches]
+
+
+@pytest.mark.parametrize(("text", "version", "release"), [
+    ("torch==2.0.1", "2.0.1", (2, 0, 1)),
+    ("PyTorch version: 2.6.0.dev20241102+cu124", "2.6.0.dev20241102", None),
+    ("0.5.0a0+b8ada73", "0.5.0a0", None),
+    ("2.1.2+cu121", "2.1.2", (2, 1, 2)),
+    ("no version here, 1.2.3 alone", None, None),
+])
+def test_a_version_places_the_input_only_where_it_is_a_release(text: str, version: str | None,
+                                                               release: tuple[int, ...] | None) -> None:
+    """A nightly or a source build carries whatever the main branch had that day: it places the input neither
+    before nor after a fix."""
+    assert diagnose.read_version(text) == version
+    assert diagnose.release(version) == release
+
+
 CPU_HOST_MESSAGE = ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is "
                     "False. If you are running on a CPU-only machine, please use torch.load with "
                     "map_location=torch.device('cpu') to map your storages to the CPU.")
@@ -789,7 +852,8 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     floor = {True: (0.55, 0.77), False: (0.48, 0.75)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    assert result["rest_right"] >= 0.40
+    # the rest: 45% with the code, 43% without, since the bugs PyTorch fixed are told by their call, code or release
+    assert result["rest_right"] >= {True: 0.44, False: 0.42}[with_code], result["misses"]
     # one lesson named: 59 of 73 right with the code, 44 of 52 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.80, False: 0.84}[with_code], result["misses"]
