@@ -315,6 +315,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
+    if template.name == "legacy_backend":  # SparseCUDA is CUDA's device, a sparse layout: no other device
+        names = [re.sub(r"^(?:Sparse|Mkldnn|Quantized)", "", n) for n in names]
     if template.name == "different_gpus":
         names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
@@ -1012,7 +1014,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     facts = read(text, code)
     # a message that names two devices and dtypes, and the devices are one: the dtypes differ
     one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1
-    if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type")
+    if facts.template == "legacy_backend" and len(facts.devices) < 2 and re.search(r"backend Sparse", facts.message):
+        return Diagnosis(facts, "not_device_error", note="a sparse tensor and a dense one on one device: the op takes "
+                         "both dense (`.to_dense()`), or use a sparse op (`torch.sparse.mm`); no device lesson applies")
+    if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type", "legacy_backend")
                                                and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
                          "one (`.float()`, `.to(other.dtype)`); no device lesson applies")

@@ -55,6 +55,8 @@ WORDINGS = parametrize_cases(
     Case("pre_0_4_argument_parser", text="TypeError: add_ received an invalid combination of arguments - got (int, "
          "torch.cuda.FloatTensor), but expected one of:\n * (float value)\n * (torch.FloatTensor other)\n * (float "
          "value, torch.FloatTensor other)", template="invalid_combination", devices=("cpu", "cuda"), argument="other"),
+    Case("sparse_backend", text="RuntimeError: Expected object of backend CPU but got backend SparseCUDA for argument "
+         "#1 'self'", template="legacy_backend", devices=("cpu", "cuda"), argument="self"),
     Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
          "THCTensorMathPointwise.cu:533", template="different_gpus", devices=("cuda:0", "cuda:1"), argument=None),
     Case("cpu_only_build", text="AssertionError: Torch not compiled with CUDA enabled", template="not_compiled",
@@ -191,6 +193,12 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
      "not_device_error", "differ in dtype"),
     ("RuntimeError: Expected object of scalar type Float but got scalar type Double for argument #2 'target'",
      "not_device_error", "differ in dtype"),
+    # SparseCUDA is CUDA's device in a sparse layout: one device, no second accelerator
+    ("RuntimeError: Expected object of backend CUDA but got backend SparseCUDA for argument #2 'mat2'",
+     "not_device_error", "a sparse tensor and a dense one"),
+    ("RuntimeError: expected backend CUDA and dtype Float but got backend CUDA and dtype Long", "not_device_error",
+     "differ in dtype"),
+    ("RuntimeError: randperm is only implemented for CPU", "fixed_upstream", "fixed upstream in PyTorch 0.4.1"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
