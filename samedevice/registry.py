@@ -282,7 +282,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                          question="is the model split over two devices (device_map, a submodule moved by itself)?")),
     Scenario("offload_device_read", "Offloaded weights asked for the model's device: a parameter says cpu, the "
              "model runs on the accelerator", "user reports (offload)", _accelerators("mismatch"),
-             clues=Clues(kinds=("mismatch", "meta_copy"), pairs=("accelerator_cpu", "accelerator_meta"),
+             clues=Clues(kinds=("mismatch", "meta", "meta_copy"), pairs=("accelerator_cpu", "accelerator_meta"),
                          code=("offload", "device_check"), prior=0.2,
                          confirm="print(next(model.parameters()).device) beside the output's device: cpu (or meta) "
                          "and the accelerator",
