@@ -509,6 +509,8 @@ def read_code(code: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
         parsed = None
     found += parsed if parsed is not None else _text_signals(code)
+    if parsed is not None and "no_model" in parsed:  # inputs moved where no model is: nothing is left behind
+        found = [f for f in found if f not in ("moves_inputs", "no_model")]
     if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
         found.append("tokenizer_not_moved")
     return tuple(dict.fromkeys(found))
@@ -599,6 +601,10 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         for n in calls)
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
+    shows_a_model = moves or built or any(isinstance(n, ast.ClassDef) for n in ast.walk(tree)) or any(
+        _is_a_model(n) or re.fullmatch(LAYER + "|" + MODULE_CLASS, _call_name(n).split(".")[-1]) for n in calls)
+    if not shows_a_model:
+        found.append("no_model")  # read_code's, not a signal: no model called, built, loaded, moved, nor defined
     return found
 
 
@@ -646,6 +652,8 @@ def _moves_a_model(call: ast.Call) -> bool:
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
+        if re.fullmatch(r"(?:torch\.)?nn\.[A-Z]\w*", name):
+            return True  # a layer of torch.nn, or a Sequential of them, built and moved at once
         if _loads_a_model(name) or re.search(r"(?:^|\.)models\.\w+$", name):
             return True  # AutoModel.from_pretrained(n), torch.hub.load(...), torchvision.models.resnet50()
         if re.fullmatch(BUILDER, last.lower()) and not name.startswith("torch."):
@@ -685,6 +693,7 @@ def _text_signals(code: str) -> list[str]:
     # built and moved at once, moved to something that is neither a dtype nor the CPU
     load = re.search(r"load_state_dict\(", code)
     move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|\b" + BUILDER + r"\([^()\n]*\)"
+                     r"|\b(?:torch\.)?nn\.[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)"
                      r"|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)[A-Z]\w*\([^()\n]*\))"
                      r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|dtype\s*="
                      r"|['\"]cpu|\))))", code)

@@ -394,7 +394,8 @@ def test_a_state_updated_in_place_raises_in_its_update_s_op() -> None:
     ("model.to(device)\n", True), ("net = Net().to(device)\n", True), ("self.cuda()\n", True),
     ("x = torch.Tensor(batch).to(device)\n", False), ("x = Variable(x).cuda()\n", False),
     ("model_inputs = model_inputs.to(device)\n", False), ("model.to(torch.float16)\n", False),
-    ("model.to('cpu')\n", False),
+    ("model.to('cpu')\n", False), ("model = torch.nn.Linear(200, 1, bias=True).to(device)\n", True),
+    ("head = nn.Sequential(nn.Linear(4, 2)).cuda()\n", True),
 ])
 @pytest.mark.parametrize("fragment", [False, True], ids=["parsed", "read_as_text"])
 def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: bool, fragment: bool) -> None:
@@ -402,6 +403,15 @@ def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: boo
     name that merely starts with model, a cast and a move to the CPU do not; alike where the code parses and in a
     fragment read as text."""
     assert ("model_moved" in diagnose.read_code(code + ("if ready:\n" if fragment else ""))) is moved
+
+
+def test_inputs_moved_where_no_model_is_speak_for_no_model_left_behind() -> None:
+    """`x3 = x2.to("cuda:3")` in code that calls no model, builds none and defines none: no model was left on the
+    CPU by it. A fragment that does not parse keeps the signal (its model may be in the lines not pasted)."""
+    no_model = "def gemm(x, y):\n    return x @ y\n\nx3 = x2.to('cuda:3')\nprint(gemm(x3, x3))\n"
+    assert "moves_inputs" not in diagnose.read_code(no_model)
+    assert "moves_inputs" in diagnose.read_code(no_model + "out = model(x3)\n")
+    assert "moves_inputs" in diagnose.read_code("x3 = x2.to('cuda:3')\nif ready:\n")
 
 
 @pytest.mark.parametrize("op", ["wrapper_CUDA__native_layer_norm", "wrapper_CUDA___prelu_kernel",
