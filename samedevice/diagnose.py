@@ -292,6 +292,9 @@ def _device_of_legacy(name: str) -> str:
     """The device of a legacy type name: `torch.cuda.FloatTensor` is cuda's, `torch.FloatTensor` CPU's."""
     if name.startswith("MPS"):  # MPS writes its own type names (MPSFloatType)
         return "mps"
+    aten = re.fullmatch(r"(CUDA|CPU|XPU)[A-Z]\w*(?:Tensor|Type)", name)  # 1.0's ATen names: CUDAFloatTensor
+    if aten:
+        return aten.group(1).lower()
     parts = name.split(".")
     return parts[1].lower() if len(parts) >= 3 and parts[1] != "sparse" else "cpu"
 
@@ -736,6 +739,7 @@ class Upstream:
     call: str | None = None  # a function the input shows failing: the message's op, a traceback frame's, the code's
     code: str | None = None  # a signal the code must show
     shown: bool = False  # only where the input shows a release it had: without one, the message has a modern cause
+    message: str | None = None  # a part of the message that marks the bug (a location tag)
 
     def fits(self, facts: Facts, calls: tuple[str, ...]) -> bool:
         seen, first, fixed = release(facts.torch_version), release(self.since), release(self.fixed_in)
@@ -746,7 +750,8 @@ class Upstream:
         return (facts.template == self.template and self.side in (None, facts.side)
                 and (not self.same_kind or index_only) and (not self.shown or seen is not None)
                 and (self.call is None or any(re.fullmatch(self.call, c) for c in calls))
-                and (self.code is None or self.code in facts.code))
+                and (self.code is None or self.code in facts.code)
+                and (self.message is None or re.search(self.message, facts.message) is not None))
 
 
 STEP_LEFT = ("before 2.1, Optimizer.load_state_dict left `step` on the CPU for a fused or capturable optimizer too, "
@@ -778,6 +783,16 @@ UPSTREAM = (
     # version the same message is capturable_step's: a rescue loop that skips `step`
     Upstream("mismatch", "codegen", "1.12.1", "2.1.0", STEP_LEFT, call=r"_fused_\w+", shown=True),
     Upstream("mismatch", "capturable_true", "1.12.1", "2.1.0", STEP_LEFT, shown=True),
+    # torch.load restores a location tag through the function registered for it (torch/serialization.py,
+    # register_package): MPS came in 1.12 without one, then with one that took "mps" but not "mps:0"
+    Upstream("deserialize", "unknown_location", "1.12.0", "1.13.0",
+             "PyTorch 1.12 (and its nightlies) had no restore function for the `mps` location tag, so torch.load "
+             "refused a checkpoint saved on MPS or mapped to it (pytorch/pytorch#77874, #78551); 1.13.0 has one. "
+             "On 1.12, load with map_location='cpu' and move the model to mps", message=r"tagged with mps\)"),
+    Upstream("deserialize", "unknown_location", "1.12.0", "2.1.0",
+             "before 2.1, torch.load's restore function for MPS took the tag `mps` but not `mps:0`, which a tensor "
+             "moved with .to('mps') is saved with (pytorch/pytorch#98834); 2.1.0 takes both. On an older release, "
+             "load with map_location='cpu' and move the model to mps", message=r"tagged with mps:\d+\)"),
     # CUDA's lerp read its weight as a device tensor; other ops take a 0-dim CPU tensor as a scalar
     Upstream("mismatch", "codegen", "0.1.12", "2.6.0",
              "CUDA's torch.lerp refused a 0-dim CPU tensor as its weight, which other ops take as a scalar "
@@ -1083,7 +1098,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an
     # offloaded encoder's device read. Only the traceback's frames or the code show the case.
     if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
-                         or not shown(facts, registry.get(top[0].slug))):
+                         or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug))):
         scenario = registry.get(top[0].slug)
         more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
                                                          "frame that raises tells most of them apart")
@@ -1092,10 +1107,13 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     return Diagnosis(facts, "scenario", top, note=caveat)
 
 
-def shown(facts: Facts, scenario: registry.Scenario) -> bool:
-    """Whether the input shows the scenario's case, beyond its message: a frame it raises in or a signal of its
-    code."""
-    return bool(set(facts.frames) & set(scenario.clues.frames) or set(facts.code) & set(scenario.clues.code))
+def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -> bool:
+    """Whether the input shows the scenario's case, beyond its message, and not the other's as well: a frame it
+    raises in or a signal of its code that the runner-up does not claim (an embedding's frame is a tokenizer's
+    output and a batch never moved alike)."""
+    frames = set(scenario.clues.frames) - set(other.clues.frames)
+    code = set(scenario.clues.code) - set(other.clues.code)
+    return bool(set(facts.frames) & frames or set(facts.code) & code)
 
 
 # ---- the command line's text ---------------------------------------------------------------------

@@ -55,6 +55,8 @@ WORDINGS = parametrize_cases(
     Case("pre_0_4_argument_parser", text="TypeError: add_ received an invalid combination of arguments - got (int, "
          "torch.cuda.FloatTensor), but expected one of:\n * (float value)\n * (torch.FloatTensor other)\n * (float "
          "value, torch.FloatTensor other)", template="invalid_combination", devices=("cpu", "cuda"), argument="other"),
+    Case("aten_type_names", text="RuntimeError: Input type (CUDAFloatTensor) and weight type (CPUFloatTensor) should "
+         "be the same", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("sparse_backend", text="RuntimeError: Expected object of backend CPU but got backend SparseCUDA for argument "
          "#1 'self'", template="legacy_backend", devices=("cpu", "cuda"), argument="self"),
     Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
@@ -168,6 +170,23 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     assert "paste the whole traceback" in result.note  # nothing but the message: the frames would decide
 
 
+def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
+    """An embedding's frame is where a tokenizer's output left on the CPU raises, and a batch of token ids never
+    moved alike: it ranks them, and names neither on its own; the code that shows the tokenizer does."""
+    text = ('  File "/env/lib/python3.8/site-packages/torch/nn/modules/sparse.py", line 117, in forward\n'
+            "    self.norm_type, self.scale_grad_by_freq, self.sparse)\n"
+            '  File "/env/lib/python3.8/site-packages/torch/nn/functional.py", line 1506, in embedding\n'
+            "    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)\n"
+            "RuntimeError: Expected object of backend CUDA but got backend CPU for argument #3 'index'")
+    result = diagnose.diagnose(text)
+    assert result.verdict == "ambiguous"
+    assert {"tokenizer_outputs", "batch_not_moved"} <= {m.slug for m in result.matches}
+    code = "enc = tokenizer(texts, return_tensors='pt')\nout = model(enc['input_ids'])\n"
+    named = diagnose.diagnose(text, code)
+    assert named.verdict == "scenario"
+    assert named.matches[0].slug == "tokenizer_outputs"
+
+
 @pytest.mark.parametrize(("text", "verdict", "note"), [
     ("RuntimeError: expected scalar type Float but found Double", "not_device_error", "differ in dtype"),
     ("RuntimeError: Input type (torch.cuda.FloatTensor) and weight type (torch.cuda.HalfTensor) should be the same",
@@ -224,6 +243,10 @@ TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but 
     (TWO_DEVICES, LERP, "2.6.0"),
     (TWO_DEVICES + "\ntorch 2.6.0.dev20241102+cu124", LERP, "2.6.0"),  # a nightly: its fixes are unknown
     (FUSED_STEP + "\ntorch==2.0.1", "", "2.1.0"),
+    ("RuntimeError: don't know how to restore data location of torch.storage._UntypedStorage (tagged with mps)", "",
+     "1.13.0"),
+    ("RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with mps:0)", "",
+     "2.1.0"),
     ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1", "", "2.1.0"),
 ])
 def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: str, code: str,
@@ -244,6 +267,12 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     # lerp on a release that takes the CPU weight, or a weight that is no 0-dim tensor: a device error of today
     (TWO_DEVICES + "\ntorch 2.7.0", LERP, "ambiguous"),
     (TWO_DEVICES, LERP.replace("torch.tensor(0.5)", "torch.tensor([0.5])"), "ambiguous"),
+    # another backend's tag this build lacks (a TPU's checkpoint): the host lacks the device, the lesson's case; and an
+    # mps:0 tag on a release that restores it cannot raise this, so a version past the fix is not the bug
+    ("RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with xla:0)", "",
+     "scenario"),
+    ("RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with mps:0)\n"
+     "torch==2.4.1", "", "scenario"),
     # a fused kernel without a version: a cause of today (its `step` or its moments on the CPU), not the bug of 2.0
     (FUSED_STEP, "", "ambiguous"),
     (FUSED_STEP + "\ntorch==2.1.0", "", "ambiguous"),
@@ -854,8 +883,8 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     # checkpoint message on a GPU host PyTorch cannot see: the lesson comes first for it (17 of its 21 reports
     # are a host without the GPU), the unseen GPU after it, so they are answered wrong
     assert result["rest_right"] >= 0.53
-    # a verdict that names one lesson is right this often (the rest are candidates): 22 of 28, 16 of 22
-    assert result["confident_right"] >= {True: 0.78, False: 0.72}[with_code], result["misses"]
+    # a verdict that names one lesson is right this often (the rest are candidates): 21 of 25, 14 of 18
+    assert result["confident_right"] >= {True: 0.82, False: 0.75}[with_code], result["misses"]
 
 
 @pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
@@ -870,11 +899,11 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     floor = {True: (0.56, 0.78), False: (0.49, 0.75)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 40% with the code, 39% without (45% and 43% before the tenth batch's 8, none of them right on arrival)
-    assert result["rest_right"] >= {True: 0.39, False: 0.38}[with_code], result["misses"]
-    # one lesson named: 68 of 83 right with the code, 50 of 60 without (on the first four batches it was 23 of 49
+    # the rest: 43% with the code, 41% without (the tenth batch's 8 were none of them right on arrival)
+    assert result["rest_right"] >= {True: 0.42, False: 0.40}[with_code], result["misses"]
+    # one lesson named: 68 of 80 right with the code, 49 of 56 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.80, False: 0.82}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.83, False: 0.85}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
