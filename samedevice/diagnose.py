@@ -316,6 +316,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = [_device_of_legacy(n) for n in names]
     if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
+    if template.name == "mps_placeholder":
+        names = ["mps", "cpu"]  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
     if template.name == "legacy_backend":  # SparseCUDA is CUDA's device, a sparse layout: no other device
