@@ -180,6 +180,10 @@ TEMPLATES = (
     # another device's storage
     _t("set_storage", "mismatch", r"Attempted to set the storage of a tensor on device \"(?P<a>" + DEVICE + r")\" to a "
        r"storage on different device \"(?P<b>" + DEVICE + r")\"", "a tensor given the storage of another device's"),
+    # diffusers' randn_tensor (diffusers/utils/torch_utils.py): the latents are made on the pipeline's device (its
+    # model's, or its execution device) and the generator given is CUDA's: a pipeline whose weights are on the CPU
+    _t("diffusers_generator", "mismatch", r"Cannot generate a (?P<a>" + DEVICE + r") tensor from a generator of type "
+       r"(?P<b>\w+)", "diffusers made latents on the pipeline's device with a generator on another"),
     _t("mps_placeholder", "mismatch", r"Placeholder storage has not been allocated on MPS device",
        "an MPS kernel given a CPU tensor"),
     # an op's own check naming its two tensors and their devices (stft's input and window, masked_fill's self and
@@ -270,6 +274,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     a, arg = (groups.get("a") or "").lower(), groups.get("arg")
     if template.name == "input_weight":
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
+    if template.name == "diffusers_generator":
+        return "weights"  # the pipeline's device is its weights': on the CPU, or read as the CPU (offloaded)
     if template.name == "dgl_graph":
         return "input"  # a graph and its features: the batch, one part of it left behind
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":

@@ -59,6 +59,8 @@ WORDINGS = parametrize_cases(
          "be the same", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("mps_placeholder", text="RuntimeError: Placeholder storage has not been allocated on MPS device!",
          template="mps_placeholder", devices=("mps", "cpu"), argument=None),
+    Case("diffusers_generator", text="ValueError: Cannot generate a cpu tensor from a generator of type cuda.",
+         template="diffusers_generator", devices=("cpu", "cuda"), argument=None),
     Case("sparse_backend", text="RuntimeError: Expected object of backend CPU but got backend SparseCUDA for argument "
          "#1 'self'", template="legacy_backend", devices=("cpu", "cuda"), argument="self"),
     Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
@@ -170,6 +172,16 @@ def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     assert len(result.matches) == 3
     assert "what tells them apart" in result.note
     assert "paste the whole traceback" in result.note  # nothing but the message: the frames would decide
+
+
+def test_diffusers_latents_on_the_pipeline_s_cpu_are_its_weights_left_there_or_offloaded() -> None:
+    """diffusers makes the latents on the pipeline's device, its weights': the CPU there with a CUDA generator is a
+    pipeline never moved, or one offloaded, whose weights rest on the CPU (the code that offloads tells)."""
+    text = "ValueError: Cannot generate a cpu tensor from a generator of type cuda."
+    assert [m.slug for m in diagnose.diagnose(text).matches][:1] == ["model_not_moved"]
+    offloaded = diagnose.diagnose(text, "pipe.enable_model_cpu_offload()\nimage = pipe(prompt, generator=g)\n")
+    assert offloaded.verdict == "scenario"
+    assert offloaded.matches[0].slug == "offload_device_read"
 
 
 def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
