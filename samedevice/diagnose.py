@@ -448,8 +448,19 @@ VERSION = re.compile(r"\b(?:py)?torch(?:==| version:? ?| )v?(?P<v>\d+\.\d+\.\d+"
 
 
 def read_version(text: str) -> str | None:
-    match = VERSION.search(text)
-    return (match.group("v") or match.group("w")) if match else None
+    """The PyTorch release the input shows: one named as torch's (`torch==2.0.1`, `PyTorch version: 2.1.0`), else a
+    bare local build (`2.1.2+cu121`, as torch.__version__ prints it) that no other package's name precedes
+    (`torchaudio 2.0.2+cpu`, `xformers 0.0.20+a1b2c3d`). Two releases named as torch's (an upgrade told in
+    words) place the input at neither."""
+    named, bare = set(), []
+    for match in VERSION.finditer(text):
+        if match.group("v"):
+            named.add(match.group("v"))
+        elif not re.search(r"[A-Za-z][\w-]*\s*(?:==|=|:)?\s*v?$", text[max(0, match.start() - 40):match.start()]):
+            bare.append(match.group("w"))
+    if named:
+        return named.pop() if len(named) == 1 else None
+    return bare[0] if bare else None
 
 
 def release(version: str | None) -> tuple[int, ...] | None:
@@ -504,7 +515,8 @@ SIGNALS = {
     "device_check": r"check_device_consistency|next\(\w+\.parameters\(\)\)\.device",
     "moves_inputs": r"\b(?:x|inputs?|images?|data|batch|labels?|targets?)\w*\s*=\s*\w+\.(?:to\(|cuda\()",
     # lerp's weight a 0-dim tensor made on the CPU: `torch.lerp(a, b, torch.tensor(0.5))`, `a.lerp_(b, weight=...)`
-    "lerp_cpu_scalar": r"\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
+    "lerp_cpu_scalar": r"(?m)^[^#\n]*?\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?"
+                       r"torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
 }
 
 
@@ -520,8 +532,6 @@ def read_code(code: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
         parsed = None
     found += parsed if parsed is not None else _text_signals(code)
-    if parsed is not None and "no_model" in parsed:  # inputs moved where no model is: nothing is left behind
-        found = [f for f in found if f not in ("moves_inputs", "no_model")]
     if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
         found.append("tokenizer_not_moved")
     return tuple(dict.fromkeys(found))
@@ -612,10 +622,6 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         for n in calls)
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
-    shows_a_model = moves or built or any(isinstance(n, ast.ClassDef) for n in ast.walk(tree)) or any(
-        _is_a_model(n) or re.fullmatch(LAYER + "|" + MODULE_CLASS, _call_name(n).split(".")[-1]) for n in calls)
-    if not shows_a_model:
-        found.append("no_model")  # read_code's, not a signal: no model called, built, loaded, moved, nor defined
     return found
 
 
@@ -663,7 +669,7 @@ def _moves_a_model(call: ast.Call) -> bool:
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
-        if re.fullmatch(r"(?:torch\.)?nn\.[A-Z]\w*", name):
+        if re.fullmatch(r"(?:torch\.)?nn\.(?!Parameter$|Buffer$)[A-Z]\w*", name):
             return True  # a layer of torch.nn, or a Sequential of them, built and moved at once
         if _loads_a_model(name) or re.search(r"(?:^|\.)models\.\w+$", name):
             return True  # AutoModel.from_pretrained(n), torch.hub.load(...), torchvision.models.resnet50()
@@ -704,7 +710,7 @@ def _text_signals(code: str) -> list[str]:
     # built and moved at once, moved to something that is neither a dtype nor the CPU
     load = re.search(r"load_state_dict\(", code)
     move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|\b" + BUILDER + r"\([^()\n]*\)"
-                     r"|\b(?:torch\.)?nn\.[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)"
+                     r"|\b(?:torch\.)?nn\.(?!Parameter\b|Buffer\b)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)"
                      r"|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)[A-Z]\w*\([^()\n]*\))"
                      r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|dtype\s*="
                      r"|['\"]cpu|\))))", code)
@@ -744,8 +750,10 @@ class Upstream:
     why: str
     side: str | None = None  # where the message must show this side on CPU
     same_kind: bool = False  # the two devices are one kind, one with an index and one without (cuda:0, cuda)
-    call: str | None = None  # a function the input shows failing: the message's op, a traceback frame's, the code's
+    # a function the input shows raising (_calls); where it shows none, the code's signal must show the call instead
+    call: str | None = None
     code: str | None = None  # a signal the code must show
+    needs: tuple[str, ...] = ()  # one of these code signals or frames: the case the bug needs (a load)
     shown: bool = False  # only where the input shows a release it had: without one, the message has a modern cause
     message: str | None = None  # a part of the message that marks the bug (a location tag)
 
@@ -757,15 +765,17 @@ class Upstream:
         index_only = len(facts.devices) == 2 and len(kinds) == 1 and sum(":" in d for d in facts.devices) == 1
         return (facts.template == self.template and self.side in (None, facts.side)
                 and (not self.same_kind or index_only) and (not self.shown or seen is not None)
-                and (self.call is None or any(re.fullmatch(self.call, c) for c in calls))
+                and (self.call is None or any(re.fullmatch(self.call, c) for c in calls)
+                     or (not calls and self.code is not None))
                 and (self.code is None or self.code in facts.code)
+                and (not self.needs or bool(set(self.needs) & set(facts.code + facts.frames)))
                 and (self.message is None or re.search(self.message, facts.message) is not None))
 
 
-STEP_LEFT = ("before 2.1, Optimizer.load_state_dict left `step` on the CPU for a fused or capturable optimizer too, "
-             "whose kernel takes it on the parameter's device (pytorch/pytorch#103256); 2.1.0 moves it "
-             "(pytorch/pytorch#102619). On 1.13 to 2.0, move each state's `step` to its parameter's device after "
-             "load_state_dict")
+STEP_LEFT = ("from 1.12.1 to 2.0, Optimizer.load_state_dict left `step` where torch.load put it (the CPU, with "
+             "map_location='cpu') for a fused or capturable optimizer too, whose kernel takes it on the parameter's "
+             "device (pytorch/pytorch#103256); 2.1.0 moves it (pytorch/pytorch#102619). On those releases, move each "
+             "state's `step` to its parameter's device after load_state_dict")
 UPSTREAM = (
     # the wording is itself the version: 0.4 merged Variable and Tensor, and the parser stopped naming CUDA types
     Upstream("mismatch", "invalid_combination", "0.1.12", "0.4.0",
@@ -790,7 +800,9 @@ UPSTREAM = (
     # 1.12.1 kept every `step` on the CPU at load, the fused and capturable ones too; 2.1.0 moves theirs. Without a
     # version the same message is capturable_step's: a rescue loop that skips `step`
     Upstream("mismatch", "codegen", "1.12.1", "2.1.0", STEP_LEFT, call=r"_fused_\w+", shown=True),
-    Upstream("mismatch", "capturable_true", "1.12.1", "2.1.0", STEP_LEFT, shown=True),
+    # a capturable optimizer's step on the CPU without a load is the user's own (params left on the CPU)
+    Upstream("mismatch", "capturable_true", "1.12.1", "2.1.0", STEP_LEFT, shown=True,
+             needs=("optimizer_load", "torch_load", "serialization")),
     # torch.load restores a location tag through the function registered for it (torch/serialization.py,
     # register_package): MPS came in 1.12 without one, then with one that took "mps" but not "mps:0"
     Upstream("deserialize", "unknown_location", "1.12.0", "1.13.0",
@@ -802,16 +814,17 @@ UPSTREAM = (
              "moved with .to('mps') is saved with (pytorch/pytorch#98834); 2.1.0 takes both. On an older release, "
              "load with map_location='cpu' and move the model to mps", message=r"tagged with mps:\d+\)"),
     # CUDA's lerp read its weight as a device tensor; other ops take a 0-dim CPU tensor as a scalar
-    Upstream("mismatch", "codegen", "0.1.12", "2.6.0",
+    Upstream("mismatch", "codegen", "1.1.0", "2.6.0",
              "CUDA's torch.lerp refused a 0-dim CPU tensor as its weight, which other ops take as a scalar "
              "(pytorch/pytorch#141811); 2.6.0 takes it (pytorch/pytorch#141820). On an older release, pass the "
-             "weight as a float (`weight.item()`) or make it on the device", code="lerp_cpu_scalar"),
+             "weight as a float (`weight.item()`) or make it on the device", code="lerp_cpu_scalar",
+             call=r"(?:[\w.]+\.)?lerp_?|\w*_lerp\w*"),
     # 2.5 moved CTC loss to cuDNN v8's, which read the lengths on the device: CPU (int32) lengths failed inside cuDNN
     Upstream("cudnn", "cudnn_failed", "2.5.0", "2.8.0",
              "from 2.5, cuDNN's CTC loss (v8 API) read input_lengths and target_lengths as device tensors and failed "
              "on CPU ones (pytorch/pytorch#152421); 2.8.0 handles them (pytorch/pytorch#152745). On 2.5 to 2.7, pass "
              "int64 targets and lengths (the native CUDA kernel) or torch.backends.cudnn.flags(enabled=False)",
-             call=r"\w*ctc_loss\w*"),
+             call=r"(?:torch\.|F\.|(?:torch\.)?nn\.functional\.)?ctc_loss"),
 )
 
 
@@ -915,7 +928,7 @@ def raising_line(text: str) -> str:
 def _fragment(code: str) -> tuple[str, ...]:
     """A few lines pasted as the culprit, outside any function or class, that make a tensor without device= and
     move nothing: the tensor made on the CPU (kept as `self.<name>`, it is a plain attribute's: read_code's)."""
-    made = [line for line in code.splitlines() if re.search(TORCH_FACTORY_CALL, line)
+    made = [line for line in code.splitlines() if re.search(TORCH_FACTORY_CALL, line.split("#")[0])
             and not re.match(r"\s*self\.\w+\s*=", line) and "**" not in line]
     elsewhere = (r"(?m)^[ \t]*(?:def|class)\s|\.(?:to|cuda)\(|set_default_device|with torch\.device\("
                  r"|Data(?:set|Loader)\(")
@@ -1035,10 +1048,12 @@ NOT_TAUGHT = {
 }
 
 
-def _calls(text: str, code: str, facts: Facts) -> tuple[str, ...]:
-    """The functions the input shows: the op its message names, its traceback's frames, the calls of its code."""
-    frames = [_frame(match)[1] for match in FRAME.finditer(text)]
-    called = re.findall(r"\b(\w+)\(", code + "\n" + raising_line(text))
+def _calls(text: str, facts: Facts) -> tuple[str, ...]:
+    """Where the input shows it raised: the op its message names, the functions of torch's frames in its traceback,
+    and the calls on the line that raised, as written (`torch.ctc_loss`, `self.ctc_loss`). Not the code's other
+    calls: a call elsewhere in a script did not raise."""
+    frames = [func for path, func in map(_frame, FRAME.finditer(text)) if re.search(r"[/\\]torch[/\\]", path)]
+    called = re.findall(r"(?<![\w.])([A-Za-z_][\w.]*)\(", raising_line(text))
     return tuple(dict.fromkeys(([facts.op] if facts.op else []) + frames + called))
 
 
@@ -1046,9 +1061,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     facts = read(text, code)
     # a message that names two devices and dtypes, and the devices are one: the dtypes differ
     one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1
-    if facts.template == "legacy_backend" and len(facts.devices) < 2 and re.search(r"backend Sparse", facts.message):
-        return Diagnosis(facts, "not_device_error", note="a sparse tensor and a dense one on one device: the op takes "
-                         "both dense (`.to_dense()`), or use a sparse op (`torch.sparse.mm`); no device lesson applies")
+    if facts.template == "legacy_backend" and len(facts.devices) < 2 \
+            and re.search(r"backend (?:Sparse|Mkldnn|Quantized)", facts.message):
+        return Diagnosis(facts, "not_device_error", note="one device, two layouts: a sparse, MKL-DNN or quantized "
+                         "tensor met a plain one. Make it plain (`.to_dense()`, `.dequantize()`) or use the op made "
+                         "for it (`torch.sparse.mm`); no device lesson applies")
     if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type", "legacy_backend")
                                                and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
@@ -1064,7 +1081,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "of range (a token id past the embedding's size, a class id past the classes, a label of "
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
-    calls = _calls(text, code, facts)
+    calls = _calls(text, facts)
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")

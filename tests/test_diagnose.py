@@ -228,7 +228,9 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
      "not_device_error", "differ in dtype"),
     # SparseCUDA is CUDA's device in a sparse layout: one device, no second accelerator
     ("RuntimeError: Expected object of backend CUDA but got backend SparseCUDA for argument #2 'mat2'",
-     "not_device_error", "a sparse tensor and a dense one"),
+     "not_device_error", "one device, two layouts"),
+    ("RuntimeError: Expected object of backend CPU but got backend MkldnnCPU for argument #2 'weight'",
+     "not_device_error", ".to_dense()"),
     ("RuntimeError: expected backend CUDA and dtype Float but got backend CUDA and dtype Long", "not_device_error",
      "differ in dtype"),
     ("RuntimeError: randperm is only implemented for CPU", "fixed_upstream", "fixed upstream in PyTorch 0.4.1"),
@@ -253,7 +255,7 @@ TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but 
 @pytest.mark.parametrize(("text", "code", "fixed_in"), [
     ("RuntimeError: randperm is only implemented for CPU", "", "0.4.1"),
     (CTC_CUDNN, "", "2.8.0"),
-    (CTC_CUDNN + "\ntorch 2.7.1", "", "2.8.0"),
+    (CTC_CUDNN + "\ntorch 2.6.0", "", "2.8.0"),
     (TWO_DEVICES, LERP, "2.6.0"),
     (TWO_DEVICES + "\ntorch 2.6.0.dev20241102+cu124", LERP, "2.6.0"),  # a nightly: its fixes are unknown
     (FUSED_STEP + "\ntorch==2.0.1", "", "2.1.0"),
@@ -261,7 +263,8 @@ TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but 
      "1.13.0"),
     ("RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with mps:0)", "",
      "2.1.0"),
-    ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1", "", "2.1.0"),
+    ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1",
+     "ckpt = torch.load(path, map_location='cpu')\noptimizer.load_state_dict(ckpt['optimizer'])\n", "2.1.0"),
 ])
 def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: str, code: str,
                                                                          fixed_in: str) -> None:
@@ -287,6 +290,24 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
      "scenario"),
     ("RuntimeError: don't know how to restore data location of torch.storage.UntypedStorage (tagged with mps:0)\n"
      "torch==2.4.1", "", "scenario"),
+    # the code calls the old bug's op, but the message names another, or the traceback raised elsewhere
+    ("RuntimeError: cumsum is only implemented for CPU", "idx = torch.randperm(10)\n", "not_in_catalog"),
+    ('  File "/env/lib/python3.10/site-packages/torch/nn/modules/rnn.py", line 879, in forward\n'
+     "    result = _VF.lstm(input, hx, self._flat_weights)\nRuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED",
+     "loss = F.ctc_loss(log_probs, targets, input_lengths, target_lengths)\n", "not_device_error"),
+    ('  File "train.py", line 40, in step\n    loss = self.ctc_loss(log_probs, targets, il, tl)\n'
+     "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "", "not_device_error"),
+    # a lerp in the code that did not raise: the traceback raised in a layer, or the lerp line is commented out
+    ('  File "/env/lib/python3.11/site-packages/torch/nn/modules/linear.py", line 125, in forward\n'
+     "    return F.linear(input, self.weight, self.bias)\n" + TWO_DEVICES
+     + " (when checking argument for argument mat1 in method wrapper_CUDA_addmm)",
+     "ema = torch.lerp(ema, cur, torch.tensor(0.9))\n", "ambiguous"),
+    (TWO_DEVICES, "# a.lerp_(b, torch.tensor(0.5))\nout = model(x)\n", "ambiguous"),
+    # a capturable optimizer on a shown 1.13 without a load: its parameters left on the CPU, the user's own
+    ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1",
+     "opt = torch.optim.Adam(model.parameters(), capturable=True)\n", "scenario"),
+    # another package's local build is no torch release
+    (FUSED_STEP + "\ntorchaudio 2.0.2+cpu", "", "ambiguous"),
     # a fused kernel without a version: a cause of today (its `step` or its moments on the CPU), not the bug of 2.0
     (FUSED_STEP, "", "ambiguous"),
     (FUSED_STEP + "\ntorch==2.1.0", "", "ambiguous"),
@@ -295,7 +316,7 @@ def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: 
                                                                           verdict: str) -> None:
     result = diagnose.diagnose(text, code)
     assert result.verdict == verdict, result.note
-    if text.startswith(FUSED_STEP):
+    if text.startswith(FUSED_STEP) or "capturable=True" in code:
         assert "capturable_step" in [m.slug for m in result.matches]
 
 
@@ -438,6 +459,7 @@ def test_a_state_updated_in_place_raises_in_its_update_s_op() -> None:
     ("x = torch.Tensor(batch).to(device)\n", False), ("x = Variable(x).cuda()\n", False),
     ("model_inputs = model_inputs.to(device)\n", False), ("model.to(torch.float16)\n", False),
     ("model.to('cpu')\n", False), ("model = torch.nn.Linear(200, 1, bias=True).to(device)\n", True),
+    ("self.pos = nn.Parameter(torch.zeros(1, 16, 64)).to(device)\n", False),
     ("head = nn.Sequential(nn.Linear(4, 2)).cuda()\n", True),
 ])
 @pytest.mark.parametrize("fragment", [False, True], ids=["parsed", "read_as_text"])
@@ -448,13 +470,16 @@ def test_a_model_s_move_is_told_from_a_tensor_s_and_a_cast(code: str, moved: boo
     assert ("model_moved" in diagnose.read_code(code + ("if ready:\n" if fragment else ""))) is moved
 
 
-def test_inputs_moved_where_no_model_is_speak_for_no_model_left_behind() -> None:
-    """`x3 = x2.to("cuda:3")` in code that calls no model, builds none and defines none: no model was left on the
-    CPU by it. A fragment that does not parse keeps the signal (its model may be in the lines not pasted)."""
-    no_model = "def gemm(x, y):\n    return x @ y\n\nx3 = x2.to('cuda:3')\nprint(gemm(x3, x3))\n"
-    assert "moves_inputs" not in diagnose.read_code(no_model)
-    assert "moves_inputs" in diagnose.read_code(no_model + "out = model(x3)\n")
-    assert "moves_inputs" in diagnose.read_code("x3 = x2.to('cuda:3')\nif ready:\n")
+def test_a_bare_meta_message_is_the_meta_model_s_or_the_offload_s() -> None:
+    """A model built on meta and loaded without assign=True, and an offload that rests its weights on meta, both
+    give it (offload_device_read's own test asserts it): alone, the message names neither; the code tells."""
+    text = "NotImplementedError: Tensor on device meta is not on the expected device cuda:0!"
+    result = diagnose.diagnose(text)
+    assert result.verdict == "ambiguous"
+    assert {m.slug for m in result.matches} == {"meta_param_not_materialized", "offload_device_read"}
+    offloaded = diagnose.diagnose(text, "pipe.enable_sequential_cpu_offload()\n")
+    assert offloaded.verdict == "scenario"
+    assert offloaded.matches[0].slug == "offload_device_read"
 
 
 @pytest.mark.parametrize("op", ["wrapper_CUDA__native_layer_norm", "wrapper_CUDA___prelu_kernel",
@@ -915,7 +940,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 43% with the code, 41% without (the tenth batch's 8 were none of them right on arrival)
     assert result["rest_right"] >= {True: 0.42, False: 0.40}[with_code], result["misses"]
-    # one lesson named: 69 of 82 right with the code, 50 of 58 without (on the first four batches it was 23 of 49
+    # one lesson named: 69 of 83 right with the code, 50 of 58 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.83, False: 0.85}[with_code], result["misses"]
 
