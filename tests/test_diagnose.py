@@ -932,17 +932,17 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 208 covered reports, ten batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 236 covered reports, eleven batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.56, 0.78), False: (0.49, 0.75)}[with_code]
+    floor = {True: (0.58, 0.79), False: (0.52, 0.77)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 43% with the code, 41% without (the tenth batch's 8 were none of them right on arrival)
-    assert result["rest_right"] >= {True: 0.42, False: 0.40}[with_code], result["misses"]
-    # one lesson named: 69 of 83 right with the code, 50 of 58 without (on the first four batches it was 23 of 49
+    # the rest: 40% with the code, 39% without (of the tenth and eleventh batches' 17, 2 were right on arrival)
+    assert result["rest_right"] >= {True: 0.39, False: 0.38}[with_code], result["misses"]
+    # one lesson named: 83 of 100 right with the code, 64 of 74 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.83, False: 0.85}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.82, False: 0.85}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
