@@ -198,6 +198,21 @@ TEMPLATES = (
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
        "a device check whose wording names no devices"),
+    # MPS's own argument check (aten/src/ATen/native/mps): "Tensor for argument weight is on cpu but expected on mps"
+    _t("mps_argument", "mismatch", r"Tensor for argument (?:#\d+ )?'?(?P<arg>\w+)'? is on (?P<b>" + DEVICE
+       + r") but expected on (?P<a>" + DEVICE + ")", "an MPS kernel's check that its argument is on MPS"),
+    # 0.1-0.3's TH check of a CPU op given a CUDA tensor, or the reverse
+    _t("th_expected_tensor", "mismatch", r"expected (?P<a>CPU|CUDA) tensor \(got (?P<b>CPU|CUDA) tensor\)",
+       "a pre-0.4 kernel given a tensor of the other device"),
+    # a C++/CUDA extension's own check, as PyTorch's extension tutorial writes it (CHECK_CUDA: "x must be a CUDA
+    # tensor"): an argument left on the CPU
+    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) must be a CUDA tensor",
+       "a CUDA extension's check that its argument is a CUDA tensor"),
+    # torch.load calling map_location as a function: 0.4.0 took no torch.device (its type printed as torch.Device)
+    _t("device_not_callable", "map_location", r"'torch\.Device' object is not callable",
+       "torch.load called a torch.device as a function"),
+    _t("map_location_not_callable", "map_location", r"map_location\(storage, location\).{0,300}?'(?P<obj>\w+)' object "
+       r"is not callable", "torch.load called map_location, which is no string, device, dict or function"),
     # an op with no kernel for the tensor's device in this release (TH's: "randperm is only implemented for CPU")
     _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
        "an op with no kernel for the device in this PyTorch"),
@@ -288,7 +303,7 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS and (not op or re.search(LAYER_OPS, op)):
         named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
                  "legacy_backend": groups.get("b"), "same_gpu": groups.get("b"),
-                 "device_type": groups.get("b")}.get(template.name)
+                 "device_type": groups.get("b"), "mps_argument": groups.get("b")}.get(template.name)
         if named:
             return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
     return None
@@ -322,6 +337,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = [_device_of_legacy(n) for n in names]
     if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
+    if template.name == "extension_cuda":
+        names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
     if template.name == "mps_placeholder":
         names = ["mps", "cpu"]  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
     if template.name == "same_gpu_index":
@@ -797,6 +814,10 @@ UPSTREAM = (
              "CUDA's randperm compared its generator's device with its result's exactly, so a generator made with "
              "device='cuda' (no index) was refused against cuda:0 (pytorch/pytorch#58545); 1.9.0 compares the device "
              "types (pytorch/pytorch#59352)", same_kind=True),
+    Upstream("map_location", "device_not_callable", "0.4.0", "0.4.1",
+             "PyTorch 0.4.0's torch.load took map_location as a string, a dict or a function, and called a "
+             "torch.device as one (pytorch/pytorch#10622); 0.4.1 takes a torch.device (pytorch/pytorch#7339). On "
+             "0.4.0, pass map_location='cpu' or str(device)"),
     # 1.12.1 kept every `step` on the CPU at load, the fused and capturable ones too; 2.1.0 moves theirs. Without a
     # version the same message is capturable_step's: a rescue loop that skips `step`
     Upstream("mismatch", "codegen", "1.12.1", "2.1.0", STEP_LEFT, call=r"_fused_\w+", shown=True),
@@ -1039,6 +1060,9 @@ CODE_WHY = {
 
 # device errors of a kind no scenario raises, and what they mean
 NOT_TAUGHT = {
+    "map_location": "torch.load calls map_location for each storage unless it is a string ('cpu', 'cuda:0'), a "
+                    "torch.device (since 0.4.1), or a dict of location tags: pass one of those, not a list or a "
+                    "number; no lesson of the catalog covers this",
     "cpu_only": "this PyTorch has no kernel for the op on the device: run the op on the CPU and move its result, or "
                 "use a release that has one (its notes say); no lesson of the catalog covers this",
     "lengths": "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "

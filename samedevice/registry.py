@@ -220,7 +220,10 @@ SCENARIOS: tuple[Scenario, ...] = (
                    question=FORWARD_QUESTION)),
     Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",
              "000 seed (root cause 1), user reports", _accelerators("mismatch"),
-             clues=Clues(templates=("input_weight",), sides=("weights",), frames=("layer", "embedding"),
+             # DDP's check of a module left on the CPU at the wrap is this bug's too (its page and
+             # test_model_not_moved_under_ddp)
+             clues=Clues(kinds=("mismatch", "ddp"), templates=("input_weight", "ddp_device_ids"), sides=("weights",),
+                         frames=("layer", "embedding"),
                          arguments=("mat1", "mat2", "input", "index"), ops=("addmm", "mm", "conv", "index_select"),
                          code=("model_never_moved", "moves_inputs"), against=("model_moved",), prior=0.6,
                          confirm="print(next(model.parameters()).device) beside the batch's device",

@@ -61,6 +61,12 @@ WORDINGS = parametrize_cases(
          template="mps_placeholder", devices=("mps", "cpu"), argument=None),
     Case("diffusers_generator", text="ValueError: Cannot generate a cpu tensor from a generator of type cuda.",
          template="diffusers_generator", devices=("cpu", "cuda"), argument=None),
+    Case("mps_argument", text="RuntimeError: Tensor for argument input is on cpu but expected on mps",
+         template="mps_argument", devices=("mps", "cpu"), argument="input"),
+    Case("th_expected_tensor", text="RuntimeError: expected CPU tensor (got CUDA tensor)",
+         template="th_expected_tensor", devices=("cpu", "cuda"), argument=None),
+    Case("extension_check", text="    output = scc_cuda.forward(input, weights, output, overlap)[0]\nRuntimeError: "
+         "weights must be a CUDA tensor", template="extension_cuda", devices=("cuda", "cpu"), argument="weights"),
     Case("sparse_backend", text="RuntimeError: Expected object of backend CPU but got backend SparseCUDA for argument "
          "#1 'self'", template="legacy_backend", devices=("cpu", "cuda"), argument="self"),
     Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
@@ -184,6 +190,16 @@ def test_diffusers_latents_on_the_pipeline_s_cpu_are_its_weights_left_there_or_o
     assert offloaded.matches[0].slug == "offload_device_read"
 
 
+def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
+    """DDP checks the module at the wrap: one left on the CPU with device_ids given is model_not_moved's bug, as
+    its page says and test_model_not_moved_under_ddp runs."""
+    result = diagnose.diagnose("ValueError: DistributedDataParallel device_ids and output_device arguments only work "
+                               "with single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], "
+                               "output_device None, and module parameters {device(type='cpu')}")
+    assert result.verdict == "scenario"
+    assert result.matches[0].slug == "model_not_moved"
+
+
 def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     """An embedding's frame is where a tokenizer's output left on the CPU raises, and a batch of token ids never
     moved alike: it ranks them, and names neither on its own; the code that shows the tokenizer does."""
@@ -234,6 +250,12 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     ("RuntimeError: expected backend CUDA and dtype Float but got backend CUDA and dtype Long", "not_device_error",
      "differ in dtype"),
     ("RuntimeError: randperm is only implemented for CPU", "fixed_upstream", "fixed upstream in PyTorch 0.4.1"),
+    ("TypeError: 'torch.Device' object is not callable", "fixed_upstream", "fixed upstream in PyTorch 0.4.1"),
+    # map_location given a list: torch.load called it as a function (a pytest traceback's quoted line)
+    (">       result = map_location(storage, location)\nE       TypeError: 'list' object is not callable",
+     "not_in_catalog", "not a list or a number"),
+    # the same Python error without torch.load's line is no device error
+    ("TypeError: 'list' object is not callable", "unknown", "no device error"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
@@ -935,12 +957,12 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 236 covered reports, eleven batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.58, 0.79), False: (0.52, 0.77)}[with_code]
+    floor = {True: (0.59, 0.81), False: (0.53, 0.79)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 40% with the code, 39% without (of the tenth and eleventh batches' 17, 2 were right on arrival)
-    assert result["rest_right"] >= {True: 0.39, False: 0.38}[with_code], result["misses"]
-    # one lesson named: 83 of 100 right with the code, 64 of 74 without (on the first four batches it was 23 of 49
+    # the rest: 43% with the code, 42% without (of the tenth and eleventh batches' 17, 2 were right on arrival)
+    assert result["rest_right"] >= {True: 0.42, False: 0.41}[with_code], result["misses"]
+    # one lesson named: 85 of 102 right with the code, 66 of 76 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.82, False: 0.85}[with_code], result["misses"]
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from pytest_parametrize_cases import Case, parametrize_cases
 from torch import nn
 
-from samedevice import audit, devices, harness, orders, registry, tiny
+from samedevice import audit, devices, diagnose, harness, orders, registry, tiny
 from samedevice.harness import BUILD, LOAD_MODEL, LOAD_OPTIMIZER, TO_DEVICE
 from tests.helpers import assert_same_params, closure_step
 
@@ -302,8 +302,6 @@ def test_model_not_moved_first_layer_wordings(accelerator: torch.device, layer: 
     """A model left on CPU fed a batch on the device raises at its first layer, in the wording of that
     layer's check (the page's table, CUDA's with cuda:0); the diagnosis names model_not_moved; the audit
     names the parameters."""
-    from samedevice import diagnose
-
     model, x = layer(), inputs().to(accelerator)
     with pytest.raises(RuntimeError) as info:
         model(x)
@@ -987,8 +985,10 @@ def test_model_not_moved_under_ddp(device: torch.device, tmp_path: Path) -> None
         with pytest.raises(ValueError, match=r"device_ids and output_device arguments only work with "
                                              r"single-device/multiple-device GPU modules or CPU modules, but got "
                                              r"device_ids \[0\], output_device None, and module parameters "
-                                             r"\{device\(type='cpu'\)\}"):
+                                             r"\{device\(type='cpu'\)\}") as raised:
             DistributedDataParallel(model, device_ids=[0])
+        # the message as PyTorch raises it diagnoses to this lesson (samedevice diagnose)
+        assert diagnose.diagnose(str(raised.value)).matches[0].slug == "model_not_moved"
         ddp = DistributedDataParallel(model.to(device), device_ids=[0] if device.type != "cpu" else None)
         optimizer = harness.sgd(ddp.parameters())
         harness.train(ddp, optimizer, harness.batches(), device)
