@@ -224,7 +224,8 @@ TEMPLATES = (
        "a CUDA kernel's own assert failed (an index out of range), not a device check"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
-ERROR_LINE = re.compile(r"^\s*(?:E\s+)?\w+(?:Error|Exception)\b", re.M)  # an error the templates did not read
+# an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
+ERROR_LINE = re.compile(r"^\s*(?:E\s+|\[rank\d+\]:\s*)?\w+(?:Error|Exception)\b", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -987,7 +988,7 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         return None
     if facts.pair is not None and clues.pairs and facts.pair not in clues.pairs:
         return None
-    if clues.pairs == ("two_accelerators",) and facts.pair is None \
+    if clues.pairs == ("two_accelerators",) and facts.pair is None and facts.kind in (None, "mismatch") \
             and not {"ranks", "split_model", "device_map"} & set(facts.code):
         return None  # a second accelerator, which neither the message nor the code shows (`.cuda()` is everywhere)
     if facts.side is not None and clues.sides and facts.side not in clues.sides:
@@ -1160,7 +1161,8 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
     """Whether the input shows the scenario's case, beyond its message, and not the other's as well: a frame it
     raises in or a signal of its code that the runner-up does not claim (an embedding's frame is a tokenizer's
     output and a batch never moved alike)."""
-    frames = set(scenario.clues.frames) - set(other.clues.frames)
+    # mps_device is read from the message's devices: a Mac, not how a tensor got where it is
+    frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device"}
     code = set(scenario.clues.code) - set(other.clues.code)
     return bool(set(facts.frames) & frames or set(facts.code) & code)
 

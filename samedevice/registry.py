@@ -379,8 +379,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     # oom where each rank's budget on the other ranks' devices can be set; needs two devices of a kind
     Scenario("ddp_rank_map_location", "Two DDP ranks resume without map_location: every rank loads onto device 0",
              "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none"),
-             clues=Clues(kinds=("oom",), templates=("device0_memory",), pairs=(), frames=("ddp", "serialization"),
-                   code=("ddp", "torch_load", "ranks"),
+             # device 0 full, or (loaded with assign=True, or a plain tensor of the state) a rank's tensors meeting
+             # the ones torch.load put on device 0: "cuda:1 and cuda:0", as its page shows
+             clues=Clues(kinds=("oom", "mismatch"), templates=("device0_memory",), pairs=("two_accelerators",),
+                   frames=("ddp", "serialization"), code=("ddp", "torch_load", "ranks"),
                    prior=0.2, confirm="nvidia-smi while resuming: device 0 holds a process of every rank",
                    question="is it a multi-GPU (DDP) resume, every rank loading without map_location?")),
 )

@@ -200,6 +200,38 @@ def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
     assert result.matches[0].slug == "model_not_moved"
 
 
+def test_an_mps_message_alone_ranks_the_picker_first_and_names_it_only_with_its_code() -> None:
+    """mps:0 in a message tells a Mac, not how the tensor got to the CPU: the picker comes first among the
+    candidates, and is named alone where the code shows it (a CUDA-only picker beside an MPS model)."""
+    text = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, mps:0 and cpu!"
+    bare = diagnose.diagnose(text)
+    assert bare.verdict == "ambiguous"
+    assert bare.matches[0].slug == "mps_device_pick"
+    named = diagnose.diagnose(text, "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+                                    "model.to(torch.device('mps'))\n")
+    assert named.verdict == "scenario"
+    assert named.matches[0].slug == "mps_device_pick"
+
+
+def test_ranks_meeting_device_0_after_a_load_are_the_ranks_map_location() -> None:
+    """Every rank's checkpoint put on device 0 (no map_location): a rank's tensor meets it, cuda:1 and cuda:0,
+    as ddp_rank_map_location's page shows; a DDP resume in the code names it."""
+    result = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                               "devices, cuda:1 and cuda:0!", "model = DistributedDataParallel(model, device_ids="
+                               "[local_rank])\nckpt = torch.load(path)\n")
+    assert result.verdict == "scenario"
+    assert result.matches[0].slug == "ddp_rank_map_location"
+
+
+def test_an_error_under_torchrun_s_rank_prefix_is_read_as_an_error() -> None:
+    """`[rank0]: IndexError: ...` is an error the templates do not read, not a device error; a frame of
+    set_rng_state above it names no lesson."""
+    result = diagnose.diagnose('[rank0]:   File "/venv/lib/python3.10/site-packages/torch/cuda/random.py", line 75, '
+                               "in set_rng_state\n[rank0]:     set_rng_state(state, i)\n"
+                               "[rank0]: IndexError: tuple index out of range")
+    assert result.verdict == "unknown"
+
+
 def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     """An embedding's frame is where a tokenizer's output left on the CPU raises, and a batch of token ids never
     moved alike: it ranks them, and names neither on its own; the code that shows the tokenizer does."""
@@ -944,7 +976,7 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     # checkpoint message on a GPU host PyTorch cannot see: the lesson comes first for it (17 of its 21 reports
     # are a host without the GPU), the unseen GPU after it, so they are answered wrong
     assert result["rest_right"] >= 0.53
-    # a verdict that names one lesson is right this often (the rest are candidates): 21 of 25, 14 of 18
+    # a verdict that names one lesson is right this often (the rest are candidates): 20 of 24, 13 of 17
     assert result["confident_right"] >= {True: 0.82, False: 0.75}[with_code], result["misses"]
 
 
@@ -962,9 +994,9 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 43% with the code, 42% without (of the tenth and eleventh batches' 17, 2 were right on arrival)
     assert result["rest_right"] >= {True: 0.42, False: 0.41}[with_code], result["misses"]
-    # one lesson named: 85 of 102 right with the code, 66 of 76 without (on the first four batches it was 23 of 49
+    # one lesson named: 84 of 98 right with the code, 65 of 72 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.82, False: 0.85}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.85, False: 0.89}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
