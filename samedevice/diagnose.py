@@ -121,7 +121,7 @@ TEMPLATES = (
        r"(?: \(when checking ar[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
        "an op's generated device check (TensorIterator or the codegen's common-device check)"),
     _t("legacy_device_type", "mismatch",
-       r"Expected (?:object of )?device type (?P<a>\w+) but got device type (?P<b>\w+)"
+       r"Expected (?:object of )?device type (?P<a>\w+) but got device type(?: (?P<b>\w+)|\s*$)"
        r"(?: for argument #\d+ '(?P<arg>\w+)')?(?: in call to (?P<op>\w+))?",
        "a pre-1.5 TH kernel's argument check"),
     _t("legacy_backend", "mismatch", r"Expected object of backend (?P<a>\w+) but got backend (?P<b>\w+)"
@@ -399,6 +399,8 @@ FRAMES = {
                   r"forward|__call__|\w*loss\w*"),
     # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
     "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
+    # a Distribution keeps the parameters it was built from (Python numbers: CPU tensors) and has no .to()
+    "distributions": (r"torch[/\\]distributions[/\\]", None),
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
@@ -455,6 +457,7 @@ def read_frames(text: str) -> tuple[str, ...]:
                 kinds.append(kind)
     if re.search(r"TorchScript interpreter|operation failed in (?:the TorchScript )?interpreter", text):
         kinds.append("torchscript")
+
     return tuple(dict.fromkeys(kinds))
 
 
@@ -550,8 +553,13 @@ def read_code(code: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
         parsed = None
     found += parsed if parsed is not None else _text_signals(code)
-    if "tokenizer" in found and not re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code):
-        found.append("tokenizer_not_moved")
+    if "tokenizer" in found:  # its outputs moved whole (`tokenizer(...).to(device)`, `inputs.to(...)`), or not
+        moved = re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code)
+        found.append("tokenizer_moved" if moved else "tokenizer_not_moved")
+    # a layer called out of a dict by a tuple key (`self.convs[("upconv", i, 0)](x)`): a ModuleDict takes only
+    # strings, so the dict is a plain one, whose layers .to() and DataParallel's replicas skip
+    if re.search(r"\bself\.\w+\[\s*\([^\]\n]{0,200}\)\s*\]\s*\(", code):
+        found.append("plain_list_layers")
     return tuple(dict.fromkeys(found))
 
 
@@ -742,7 +750,11 @@ def _text_signals(code: str) -> list[str]:
 # ---- 4. the scores -------------------------------------------------------------------------------
 
 # frames that decide the mechanism on their own: where no scenario claims one, none applies
-DECISIVE = ("torchscript",)
+DECISIVE = ("torchscript", "distributions")
+# a Distribution has no .to(): its parameters stay where they were made (0-dim CPU ones pass as scalars since 1.x)
+DECISIVE_NOTES = {"distributions": ": a Distribution keeps its parameters where they were made and has no .to(), so "
+                                   "parameters made on the CPU meet a value on the device; build it from tensors on "
+                                   "the device (`Normal(torch.zeros(3, device=d), torch.ones(3, device=d))`)"}
 WEIGHTS = {"kind": 3.0, "pair": 1.0, "frame": 2.0, "argument": 3.0, "op": 1.5, "code": 2.5, "prior": 1.0}
 FOUND = WEIGHTS["kind"] + 2.0  # below it, only the message's kind fits: the scenarios are candidates
 
@@ -944,6 +956,8 @@ def raising_line(text: str) -> str:
             last = arrow.group("code")
         elif framed[i] and i + 1 < len(lines) and not framed[i + 1]:
             last = lines[i + 1]
+        elif i and re.match(r"\s*~+\s*<--- HERE", line):
+            last = lines[i - 1]  # TorchScript marks the line that raised in its serialized code
     return last.strip()
 
 
@@ -973,6 +987,8 @@ def _raised(text: str) -> tuple[str, ...]:
     operand = r"[-+*/@%]\s*\(?\s*self\.\w+\b(?!\s*[(.\[\w])|\bself\.\w+\b(?!\s*[(.\[\w])\s*\)?\s*(?:[-+*/@%](?!=))"
     if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
         found += ("attribute_raised",)
+    if re.search(r"\bCONSTANTS\.c\d+\b", line):
+        found += ("constant_raised",)  # TorchScript's serialized code reading a tensor the trace recorded
     return found
 
 
@@ -1121,10 +1137,12 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed]
     if unclaimed:
         return Diagnosis(facts, "not_in_catalog", note=f"the error is raised inside {unclaimed[0]}, which no scenario "
-                         "of the catalog teaches")
+                         "of the catalog teaches" + DECISIVE_NOTES.get(unclaimed[0], ""))
     matches = sorted((m for s in registry.SCENARIOS if (m := score(facts, s)) is not None),
                      key=lambda m: -m.score)
     matches = [m for m in matches if m.score > 0]
+    if "constant_raised" in facts.code:  # the operand that raised is a constant the trace recorded, on its device
+        matches.sort(key=lambda m: m.slug != "traced_device_constant")
     if not matches or (facts.kind is not None and matches[0].score < WEIGHTS["kind"]):
         return Diagnosis(facts, "not_in_catalog", note=NOT_TAUGHT.get(facts.kind or "", "a device error the catalog "
                          "does not teach; the facts above are what it shows"))

@@ -202,7 +202,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "000 seed", _accelerators("mismatch"),
              clues=Clues(sides=("input",), frames=("embedding", "generate"), arguments=("index",),
                    ops=("index_select", "embedding"),
-                   code=("tokenizer", "tokenizer_not_moved"), prior=0.5,
+                   code=("tokenizer", "tokenizer_not_moved"), against=("tokenizer_moved",), prior=0.5,
                    confirm="audit.misplaced(device, inputs=enc) names input_ids and attention_mask",
                    question="does it raise in the embedding (`index_select`), on a tokenizer's output?")),
     Scenario("mps_device_pick", "Model placed by a full device picker, batches by 'cuda if available else cpu'",
@@ -293,7 +293,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "with cpu or disk)?")),
     Scenario("traced_device_constant", "A module exported or traced on CPU, run on the device: device=x.device "
              "was recorded as cpu", "user reports", _accelerators("mismatch"),
-             clues=Clues(frames=("torchscript", "exported"), code=("jit_trace",), prior=0.2,
+             clues=Clues(frames=("torchscript", "exported"), code=("jit_trace", "constant_raised"), prior=0.2,
                          confirm="print the exported graph (exported.graph_module.code, traced.code): "
                          "device=cpu among its constants",
                          question="was the model exported or traced (torch.export, torch.jit.trace) on another "
