@@ -152,8 +152,10 @@ TEMPLATES = (
        "a pre-0.4 CUDA THNN function given a CPU tensor"),
     _t("different_gpus", "mismatch", r"arguments are located on different GPUs",
        "a pre-1.0 THC kernel's check: two GPUs"),
-    _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?P<a>torch(?:\.\w+)+) but (?:found|got) (?:type )?"
-       r"(?P<b>torch(?:\.\w+)+)(?: for argument #\d+ '(?P<arg>\w+)')?", "a pre-0.4 kernel's tensor-type check"),
+    # (0.4's pre-releases wrapped the names: "Variable[torch.cuda.LongTensor]")
+    _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?:Variable\[)?(?P<a>torch(?:\.\w+)+)\]? but "
+       r"(?:found|got) (?:type )?(?:Variable\[)?(?P<b>torch(?:\.\w+)+)\]?(?: for argument #\d+ '(?P<arg>\w+)')?",
+       "a pre-0.4 kernel's tensor-type check"),
     # TensorIterator lets a CUDA kernel read one 0-dim CPU tensor as a scalar, not two
     # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op
     _t("cpu_scalars", "mismatch", r"Trying to pass too many CPU scalars to CUDA kernel",
@@ -162,8 +164,8 @@ TEMPLATES = (
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
     # pack_padded_sequence's lengths, which it reads on the host by design since 1.7 (torch/nn/utils/rnn.py)
-    _t("lengths", "lengths", r"'lengths' argument should be a 1D CPU int64 tensor, but got 1D (?P<a>" + DEVICE
-       + r") \w+ tensor", "pack_padded_sequence was given its lengths on a device"),
+    _t("lengths", "lengths", r"'lengths' argument should be a 1D CPU int64 tensor(?:, but got 1D (?P<a>" + DEVICE
+       + r") \w+ tensor)?", "pack_padded_sequence was given its lengths on a device"),
     # an out= or in-place result whose device or dtype differs from what the op computes (TensorIterator)
     _t("output_desired", "mismatch", r"output with device (?P<a>" + DEVICE + r")(?: and dtype \w+)? doesn't match "
        r"the desired device (?P<b>" + DEVICE + r")",
@@ -196,6 +198,8 @@ TEMPLATES = (
        + r") to a graph on device (?P<b>" + DEVICE + ")", "DGL's check that a feature is on its graph's device"),
     _t("named_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
+    _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
+       + DEVICE + r")\b", "an op's check that names the two devices"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
        "a device check whose wording names no devices"),
     # MPS's own argument check (aten/src/ATen/native/mps): "Tensor for argument weight is on cpu but expected on mps"
@@ -213,6 +217,11 @@ TEMPLATES = (
        "torch.load called a torch.device as a function"),
     _t("map_location_not_callable", "map_location", r"map_location\(storage, location\).{0,300}?'(?P<obj>\w+)' object "
        r"is not callable", "torch.load called map_location, which is no string, device, dict or function"),
+    # a device index the process cannot see: more ranks than GPUs, a global rank used as a local index
+    _t("invalid_ordinal", "ordinal", r"invalid device ordinal", "a process asked for a device index it does not have"),
+    # a PyTorch build without kernels for this GPU's architecture: nothing is misplaced
+    _t("no_kernel_image", "build", r"no kernel image is available for execution on the device",
+       "this PyTorch build has no kernels for this GPU"),
     # an op with no kernel for the tensor's device in this release (TH's: "randperm is only implemented for CPU")
     _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
        "an op with no kernel for the device in this PyTorch"),
@@ -513,7 +522,8 @@ SIGNALS = {
     "default_device": r"set_default_device\(|set_default_tensor_type\(",
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
-    "jit_trace": r"\bjit\.trace\(|\bexport\.export\(|\btorch\.onnx\.export\(",
+    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|from torch\.export import|"
+                 r"\btorch\.onnx\.export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
@@ -653,12 +663,16 @@ def _ast_signals(tree: ast.AST) -> list[str]:
 
 def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
     """Names bound to an instance of a class (`effect = PitchShift(...)`, `m = CubicBSplineGrid3d(...)`) that the
-    code then calls (`effect(waveform)`): a module, whatever its name. Not torch's factories nor numpy's."""
+    code then calls (`effect(waveform)`): a module, whatever its name. Not torch's factories nor numpy's. And an
+    exported program's module, `a = exported.module()`."""
     bound = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
              for t in n.targets if isinstance(t, ast.Name)
              and (name := _call_name(n.value)).split(".")[-1][:1].isupper()
              and not name.startswith(("torch.", "np.", "numpy.", "t.")) and name.split(".")[-1] not in FACTORIES}
-    return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound}
+    # an exported program's module (`a = exported.module()`) is a module whatever the code does with it
+    exported = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                and _call_name(n.value).endswith(".module") for t in n.targets if isinstance(t, ast.Name)}
+    return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound} | exported
 
 
 def _to_a_device(call: ast.Call) -> bool:
@@ -697,6 +711,8 @@ def _moves_a_model(call: ast.Call) -> bool:
         last = name.split(".")[-1]
         if re.fullmatch(r"(?:torch\.)?nn\.(?!Parameter$|Buffer$)[A-Z]\w*", name):
             return True  # a layer of torch.nn, or a Sequential of them, built and moved at once
+        if name.endswith(".module"):
+            return True  # an exported program's module: `ep.module().to(device)`
         if _loads_a_model(name) or re.search(r"(?:^|\.)models\.\w+$", name):
             return True  # AutoModel.from_pretrained(n), torch.hub.load(...), torchvision.models.resnet50()
         if re.fullmatch(BUILDER, last.lower()) and not name.startswith("torch."):
@@ -1077,6 +1093,13 @@ CODE_WHY = {
 
 # device errors of a kind no scenario raises, and what they mean
 NOT_TAUGHT = {
+    "build": "this PyTorch build has no kernels for this GPU's architecture (a build older than the card, or a card "
+             "older than the build supports): compare torch.cuda.get_arch_list() with "
+             "torch.cuda.get_device_capability() and install a build made for the card; nothing is misplaced",
+    "ordinal": "a process asked for a device index this host, or its CUDA_VISIBLE_DEVICES, does not have: more ranks "
+               "than GPUs, or a global rank used as a local index (`torch.cuda.set_device(rank)` on a second "
+               "machine). Use LOCAL_RANK, and as many processes per node as it has GPUs; no lesson of the catalog "
+               "covers this",
     "map_location": "torch.load calls map_location for each storage unless it is a string ('cpu', 'cuda:0'), a "
                     "torch.device (since 0.4.1), or a dict of location tags: pass one of those, not a list or a "
                     "number; no lesson of the catalog covers this",

@@ -69,6 +69,11 @@ WORDINGS = parametrize_cases(
          "weights must be a CUDA tensor", template="extension_cuda", devices=("cuda", "cpu"), argument="weights"),
     Case("th_cut_at_the_end", text="RuntimeError: Expected object of device type cuda but got device type",
          template="legacy_device_type", devices=("cuda",), argument=None),
+    Case("variable_wrapped_types", text="RuntimeError: Expected object of type Variable[torch.LongTensor] but found "
+         "type Variable[torch.cuda.LongTensor] for argument #1 'other'", template="legacy_type", devices=("cpu", "cuda"),
+         argument="other"),
+    Case("device_pair", text="RuntimeError: Expect q/k/v and block_mask to be on the same device but got cpu and cuda:0.",
+         template="device_pair", devices=("cpu", "cuda:0"), argument=None),
     Case("sparse_backend", text="RuntimeError: Expected object of backend CPU but got backend SparseCUDA for argument "
          "#1 'self'", template="legacy_backend", devices=("cpu", "cuda"), argument="self"),
     Case("thc_two_gpus", text="RuntimeError: arguments are located on different GPUs at /pytorch/torch/lib/THC/generic/"
@@ -279,6 +284,18 @@ def test_a_layer_called_by_a_tuple_key_is_in_a_plain_dict() -> None:
     assert "plain_list_layers" not in diagnose.read_code('x = self.convs["upconv_0"](x)\n')
 
 
+def test_an_exported_program_moved_to_the_device_is_the_traced_constant_s_case() -> None:
+    """torch.export's entry points (`export_for_training`) are an export, and the module an exported program gives
+    (`a = exported.module()`), moved with `.to`, is a model moved: a CPU hidden state is the recorded constant."""
+    code = ("from torch.export import export_for_training\nexported = export_for_training(Net(), args=(x,))\n"
+            "a = exported.module()\nb = a.to(torch.device('cuda:0'))\nb.forward(x.cuda())\n")
+    result = diagnose.diagnose("RuntimeError: Input and hidden tensors are not at the same device, found input tensor "
+                               "at cuda:0 and hidden tensor at cpu", code)
+    assert {"jit_trace", "model_moved"} <= set(result.facts.code)
+    assert result.verdict == "scenario"
+    assert result.matches[0].slug == "traced_device_constant"
+
+
 def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     """An embedding's frame is where a tokenizer's output left on the CPU raises, and a batch of token ids never
     moved alike: it ranks them, and names neither on its own; the code that shows the tokenizer does."""
@@ -335,6 +352,10 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
      "not_in_catalog", "not a list or a number"),
     # the same Python error without torch.load's line is no device error
     ("TypeError: 'list' object is not callable", "unknown", "no device error"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "not_in_catalog", "LOCAL_RANK"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "not_in_catalog",
+     "get_arch_list"),
+    ("RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor", "not_in_catalog", "lengths.cpu()"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
@@ -1039,9 +1060,9 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     floor = {True: (0.58, 0.80), False: (0.52, 0.77)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 37% with the code, 36% without (of the tenth to thirteenth batches' 44, 6 were right on arrival)
-    assert result["rest_right"] >= {True: 0.36, False: 0.35}[with_code], result["misses"]
-    # one lesson named: 93 of 108 right with the code, 70 of 77 without (on the first four batches it was 23 of 49
+    # the rest: 41% with the code, 40% without (of the tenth to thirteenth batches' 44, 6 were right on arrival)
+    assert result["rest_right"] >= {True: 0.40, False: 0.39}[with_code], result["misses"]
+    # one lesson named: 94 of 108 right with the code, 70 of 77 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.85, False: 0.89}[with_code], result["misses"]
 
