@@ -74,6 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
             emulator.device()  # before any backward pass: see the module docstring
         except compat.UnsupportedTorchError as e:
             raise pytest.UsageError(str(e)) from None
+        # torch.random.fork_rng() without `devices` warns once per process where the current accelerator has more
+        # than one device (initializing many GPUs is slow). The emulator's two devices are this plugin's, not the
+        # project's: a CPU-only suite run with warnings as errors must pass as it does without the plugin
+        if hasattr(torch.random, "_fork_rng_warned_already"):
+            torch.random._fork_rng_warned_already = True
     config.stash[_SELECTED] = selected
     config.stash[_ERRORS] = {}
     _hide_emulator_frames()

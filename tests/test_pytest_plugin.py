@@ -222,6 +222,27 @@ def test_emulator_not_registered_when_not_selected(pytester: pytest.Pytester, mo
     result.assert_outcomes(passed=1)
 
 
+FORK_RNG = """
+import torch
+
+def test_fork_rng():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        assert torch.rand(2).shape == (2,)
+"""
+
+
+def test_a_cpu_suite_with_warnings_as_errors_passes_as_without_the_plugin(pytester: pytest.Pytester,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator's two devices are the plugin's: fork_rng() without `devices`, which warns where the current
+    accelerator has more than one, stays quiet, so a CPU-only suite run under `-W error` passes with the plugin
+    as it does without (a fresh process: the warning is once per process)."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(samedevice.__file__).parent.parent))  # this samedevice, not another
+    pytester.makepyfile(test_user=FORK_RNG)
+    pytester.runpytest_subprocess(*PLUGIN, "-W", "error").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("-p", "no:samedevice.pytest_plugin", "-W", "error").assert_outcomes(passed=1)
+
+
 TAKEN = """
 import sys
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
