@@ -546,6 +546,10 @@ SIGNALS = {
     "device_check": r"check_device_consistency|next\(\w+\.parameters\(\)\)\.device",
     "moves_inputs": r"\b(?:x|inputs?|images?|data|batch|labels?|targets?)\w*\s*=\s*\w+\.(?:to\(|cuda\()",
     # lerp's weight a 0-dim tensor made on the CPU: `torch.lerp(a, b, torch.tensor(0.5))`, `a.lerp_(b, weight=...)`
+    # pack_padded_sequence's lengths given as a list (`[2, 1]`, `lens.tolist()`), which it turns into a tensor; the ast
+    # reads a name bound to one too
+    "lengths_list": r"\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?(?:\[|[\w.]+\.tolist\(\)|list\()",
+    "pack_sequence": r"\bpack_sequence\(",
     "lerp_cpu_scalar": r"(?m)^[^#\n]*?\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?"
                        r"torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
 }
@@ -648,6 +652,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     built = _modules_built_and_called(tree, calls)
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
              and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n)))]
+    if any(_lengths_given_as_list(tree, n) for n in calls if _call_name(n).endswith("pack_padded_sequence")):
+        found.append("lengths_list")
     if moves:
         found.append("model_moved")
     if loads and moves and min(loads) < min(moves):
@@ -659,6 +665,21 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     return found
+
+
+def _lengths_given_as_list(tree: ast.AST, call: ast.Call) -> bool:
+    """pack_padded_sequence's lengths (its second argument) given as a list: written as one, or a name every
+    assignment of the code binds to one (`lens = [len(s) for s in seqs]`)."""
+    def a_list(node: ast.AST) -> bool:
+        return isinstance(node, (ast.List, ast.ListComp)) or (
+            isinstance(node, ast.Call) and (_call_name(node) == "list" or _call_name(node).endswith(".tolist")))
+
+    given = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "lengths"), None)
+    if not isinstance(given, ast.Name):
+        return given is not None and a_list(given)
+    bound = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == given.id for t in n.targets)]
+    return bool(bound) and all(a_list(value) for value in bound)
 
 
 def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
@@ -869,6 +890,15 @@ UPSTREAM = (
              "(pytorch/pytorch#141811); 2.6.0 takes it (pytorch/pytorch#141820). On an older release, pass the "
              "weight as a float (`weight.item()`) or make it on the device", code="lerp_cpu_scalar",
              call=r"(?:[\w.]+\.)?lerp_?|\w*_lerp\w*"),
+    # pack_padded_sequence made a tensor of a list of lengths with torch.as_tensor, on the default device; 2.1.0
+    # makes it on the CPU (torch/nn/utils/rnn.py: `torch.as_tensor(lengths, dtype=torch.int64, device="cpu")`)
+    Upstream("lengths", "lengths", "1.0.0", "2.1.0",
+             "before 2.1, pack_padded_sequence made its tensor of a list of lengths on the default device, so under "
+             "torch.set_default_device('cuda') (or set_default_tensor_type('torch.cuda.FloatTensor')) a list was "
+             "refused (pytorch/pytorch#103964); 2.1.0 makes it on the CPU (pytorch/pytorch#103967). On an older "
+             "release a CPU tensor was moved there too: call it inside `with torch.device('cpu'):` (2.0) or with "
+             "the CPU set back as the default", code="lengths_list",
+             call=r"(?:[\w.]+\.)?pack_padded_sequence"),
     # 2.5 moved CTC loss to cuDNN v8's, which read the lengths on the device: CPU (int32) lengths failed inside cuDNN
     Upstream("cudnn", "cudnn_failed", "2.5.0", "2.8.0",
              "from 2.5, cuDNN's CTC loss (v8 API) read input_lengths and target_lengths as device tensors and failed "
@@ -1092,6 +1122,14 @@ CODE_WHY = {
 
 
 # device errors of a kind no scenario raises, and what they mean
+# torch/nn/utils/rnn.py: pack_sequence makes its lengths with `torch.as_tensor([v.size(0) for v in sequences])`, no
+# device=, and hands that tensor on; pack_padded_sequence moves only a list to the CPU. Still so in 2.13 (its test)
+PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default device, so under "
+                 "torch.set_default_device('cuda') (or a CUDA default tensor type) pack_padded_sequence refuses it: "
+                 "PyTorch's own (pytorch/pytorch#88643), not fixed as of 2.13. Call pack_sequence inside "
+                 "`with torch.device('cpu'):`, or pass the lengths as a list, "
+                 "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
+                 "the CPU since 2.1); no lesson of the catalog covers this")
 NOT_TAUGHT = {
     "build": "this PyTorch build has no kernels for this GPU's architecture (a build older than the card, or a card "
              "older than the build supports): compare torch.cuda.get_arch_list() with "
@@ -1146,6 +1184,9 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
     calls = _calls(text, facts)
+    if facts.template == "lengths" and (any(re.fullmatch(r"(?:[\w.]+\.)?pack_sequence", c) for c in calls)
+                                        or (not calls and "pack_sequence" in facts.code)):
+        return Diagnosis(facts, "not_in_catalog", note=PACK_SEQUENCE)
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")

@@ -372,6 +372,8 @@ CTC_CUDNN = ('  File "/env/lib/python3.10/site-packages/torch/nn/functional.py",
              "    return torch.ctc_loss(\nRuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")
 LERP = "import torch\ntorch.lerp(torch.randn(10).cuda(), torch.randn(10).cuda(), torch.tensor(0.5))\n"
 TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+LENGTHS = "RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor"
+PACK_LIST = "lens = [len(s) for s in seqs]\npacked = pack_padded_sequence(padded, lens, enforce_sorted=False)\n"
 
 
 @pytest.mark.parametrize(("text", "code", "fixed_in"), [
@@ -387,6 +389,13 @@ TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but 
      "2.1.0"),
     ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1",
      "ckpt = torch.load(path, map_location='cpu')\noptimizer.load_state_dict(ckpt['optimizer'])\n", "2.1.0"),
+    # pack_padded_sequence given its lengths as a list, which it made on the CUDA default device before 2.1
+    (LENGTHS, PACK_LIST, "2.1.0"),
+    (LENGTHS, "x = pack_padded_sequence(emb, [2, 1], batch_first=True)\n", "2.1.0"),
+    (LENGTHS + "\ntorch==2.0.1", "out = nn.utils.rnn.pack_padded_sequence(emb, lengths=lens.tolist())\n", "2.1.0"),
+    ('  File "model.py", line 12, in forward\n    x = pack_padded_sequence(x, lengths.tolist(), batch_first=True)\n'
+     '  File "/env/lib/python3.8/site-packages/torch/nn/utils/rnn.py", line 249, in pack_padded_sequence\n'
+     "    _VF._pack_padded_sequence(input, lengths, batch_first)\n" + LENGTHS, "", "2.1.0"),
 ])
 def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: str, code: str,
                                                                          fixed_in: str) -> None:
@@ -433,6 +442,13 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     # a fused kernel without a version: a cause of today (its `step` or its moments on the CPU), not the bug of 2.0
     (FUSED_STEP, "", "ambiguous"),
     (FUSED_STEP + "\ntorch==2.1.0", "", "ambiguous"),
+    # lengths made a tensor by the user (on the device, or rebound after the list), or a list on a release that makes
+    # it on the CPU: the lengths' own device, by design
+    (LENGTHS, "lens = torch.tensor([len(s) for s in seqs])\npacked = pack_padded_sequence(padded, lens)\n",
+     "not_in_catalog"),
+    (LENGTHS, PACK_LIST.replace("\npacked", "\nlens = torch.tensor(lens).cuda()\npacked"), "not_in_catalog"),
+    (LENGTHS + "\ntorch==2.1.2", PACK_LIST, "not_in_catalog"),
+    (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "not_in_catalog"),
 ])
 def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
                                                                           verdict: str) -> None:
@@ -1120,3 +1136,31 @@ def test_expected_verdicts() -> None:
     slugs = set(registry.slugs())
     labels = {r["label"] for r in REPORTS}
     assert labels - slugs <= {"not_in_catalog", "fixed_upstream", "not_device_error"}, labels - slugs
+
+
+def test_pack_sequence_under_a_device_default_is_pytorch_s_own_and_a_list_of_lengths_no_longer_is() -> None:
+    """What PyTorch does today, on the emulated device as the default: pack_sequence makes its lengths on it and
+    pack_padded_sequence refuses them (pytorch/pytorch#88643, open), the workarounds the diagnosis gives pass, and a
+    list handed to pack_padded_sequence is made on the CPU (fixed in 2.1.0), so only an older release raises on it."""
+    import traceback
+
+    import torch
+    from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_sequence
+
+    from samedevice import emulator
+
+    seqs = [torch.ones(3, device=emulator.device()), torch.ones(2, device=emulator.device())]
+    with torch.device(emulator.device()):
+        with pytest.raises(RuntimeError, match="'lengths' argument should be a 1D CPU int64 tensor") as raised:
+            pack_sequence(seqs)
+        with torch.device("cpu"):
+            assert pack_sequence(seqs).data.device == emulator.device()
+        packed = pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)
+    assert (packed.data.device, packed.batch_sizes.device.type) == (emulator.device(), "cpu")
+    pasted = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    result = diagnose.diagnose(pasted)
+    assert (result.verdict, result.matches) == ("not_in_catalog", ())
+    assert "pytorch/pytorch#88643" in result.note
+    assert "with torch.device('cpu')" in result.note
+    # the message alone with the code's call of it
+    assert "pytorch/pytorch#88643" in diagnose.diagnose(LENGTHS, "packed = pack_sequence(seqs)\n").note
