@@ -226,6 +226,10 @@ TEMPLATES = (
     _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
        "an op with no kernel for the device in this PyTorch"),
     _t("cudnn_failed", "cudnn", r"cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "cuDNN failed to run a kernel"),
+    # cudaErrorDevicesUnavailable, in CUDA's two wordings: the GPU would not take this process (exclusive-process
+    # compute mode and another process on it, or a driver or container that does not give it)
+    _t("devices_busy", "busy", r"CUDA-capable device\(s\) is/are busy or unavailable"
+       r"|all CUDA-capable devices are busy or unavailable", "the GPU would not take this process"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
@@ -915,7 +919,7 @@ class Elsewhere:
     likelier cause, said as a caveat of the scenario where the scenario is."""
 
     template: str
-    scenario: str  # what the same message teaches in its own case
+    scenarios: tuple[str, ...]  # what the same message teaches in their own case
     unless: tuple[str, ...]  # code signals (or frames) that show the scenario's case
     why: str
     devices: tuple[str, ...] = ()  # the device kinds whose message it is (none: any)
@@ -927,7 +931,7 @@ ELSEWHERE = (
     # map_location"); what it does not say is that a host with a GPU gets it too when PyTorch cannot see that GPU.
     # The CPU host is the likelier: of the 21 reports of this message (the 70 and the held out), 17 are labelled
     # with the lesson, 4 had a GPU that PyTorch could not see
-    Elsewhere("deserialize", "cuda_checkpoint_on_cpu_host", ("cpu_host", "mps"),
+    Elsewhere("deserialize", ("cuda_checkpoint_on_cpu_host",), ("cpu_host", "mps"),
               "a host without the accelerator is this lesson's case. If this host has one (a GPU machine, a worker "
               "meant to get one), PyTorch cannot see it, and no lesson of the catalog applies: python -c 'import "
               "torch; print(torch.version.cuda, torch.cuda.is_available())' prints None for a CPU-only PyTorch build "
@@ -936,11 +940,20 @@ ELSEWHERE = (
               devices=("cuda",), first=False),
     # an old torch.load restored a GPU checkpoint with .cuda(), which a CPU-only build refuses in these words; so
     # does every other .cuda() on that build
-    Elsewhere("not_compiled", "cuda_checkpoint_on_cpu_host", ("torch_load", "serialization"),
+    Elsewhere("not_compiled", ("cuda_checkpoint_on_cpu_host",), ("torch_load", "serialization"),
               "this PyTorch is a CPU-only build and something asked it for CUDA (`.cuda()`, device='cuda'): on a "
               "host with a GPU, install the CUDA build (python -c 'import torch; print(torch.version.cuda)' prints "
               "None); on a CPU host, ask for the CPU. Raised while loading a checkpoint saved on a GPU, the scenario "
               "below is the lesson"),
+    # a GPU that takes one process (exclusive-process compute mode) refuses the second: where several ranks run,
+    # every rank touching GPU 0 is two lessons' case; elsewhere another process, the driver or a container is
+    Elsewhere("devices_busy", ("ddp_rank_map_location", "index_less_device"),
+              ("ranks", "ddp", "collective", "rank_log"),
+              "CUDA would not give this process the GPU: most often its compute mode is Exclusive_Process and "
+              "another process holds it (`nvidia-smi --query-gpu=compute_mode --format=csv`; nvidia-smi lists the "
+              "processes), or the driver or a container does not give it to PyTorch; no lesson of the catalog covers "
+              "that. Where several processes (DDP ranks) share the node, every rank touching GPU 0 is the catalog's: a "
+              "torch.load without map_location or an index-less 'cuda', below"),
 )
 
 
@@ -968,7 +981,8 @@ def read(text: str, code: str = "") -> Facts:
         groups = {**groups, "arg": groups["n1"] if (groups["a"] or "").lower() == "cpu" else groups["n2"]}
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
-    frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ())
+    frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ()) \
+        + (("rank_log",) if re.search(r"(?m)^\s*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     return Facts(template=template.name if template else None, kind=template.kind if template else None,
@@ -1222,7 +1236,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
             if not other.first:
                 caveat = other.why
                 continue
-            return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug == other.scenario),
+            return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug in other.scenarios),
                              note=other.why)
     top = tuple(matches[:3])
     # ambiguous: only the message's kind fits, the first two differ by no more than their priors, or nothing but the

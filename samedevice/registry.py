@@ -273,7 +273,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                    question=STEP_QUESTION)),
     Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
              "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2,
-             clues=Clues(pairs=("two_accelerators",), code=("index_less", "ranks"), prior=0.3,
+             # on a GPU in exclusive-process compute mode, a second process's touch of device 0 is refused as busy
+             clues=Clues(kinds=("mismatch", "busy"), pairs=("two_accelerators",), code=("index_less", "ranks"),
+                         prior=0.3,
                    confirm="print torch.accelerator.current_device_index() in each worker",
                    question="is it two devices of one kind, with `.cuda()` or \"cuda\" in a process for device 1?")),
     Scenario("model_split_across_devices", "A model split over two devices whose loss mixes its two ends: the "
@@ -381,7 +383,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "002 seed (DDP note)", _accelerators("oom", mps="none", xpu="none"),
              # device 0 full, or (loaded with assign=True, or a plain tensor of the state) a rank's tensors meeting
              # the ones torch.load put on device 0: "cuda:1 and cuda:0", as its page shows
-             clues=Clues(kinds=("oom", "mismatch"), templates=("device0_memory",), pairs=("two_accelerators",),
+             # or, on GPUs in exclusive-process compute mode, the ranks after the first refused device 0 as busy
+             clues=Clues(kinds=("oom", "mismatch", "busy"), templates=("device0_memory",), pairs=("two_accelerators",),
                    frames=("ddp", "serialization"), code=("ddp", "torch_load", "ranks"),
                    prior=0.2, confirm="nvidia-smi while resuming: device 0 holds a process of every rank",
                    question="is it a multi-GPU (DDP) resume, every rank loading without map_location?")),

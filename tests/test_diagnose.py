@@ -1164,3 +1164,26 @@ def test_pack_sequence_under_a_device_default_is_pytorch_s_own_and_a_list_of_len
     assert "with torch.device('cpu')" in result.note
     # the message alone with the code's call of it
     assert "pytorch/pytorch#88643" in diagnose.diagnose(LENGTHS, "packed = pack_sequence(seqs)\n").note
+
+
+BUSY = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+
+
+@pytest.mark.parametrize("text", [BUSY, "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
+                                  "THCudaCheck FAIL file=THCStorage.cu line=66 error=46 : all CUDA-capable devices "
+                                  "are busy or unavailable"])
+def test_a_busy_gpu_is_another_process_s_unless_ranks_ran_and_then_it_is_every_rank_on_device_0(text: str) -> None:
+    """CUDA refuses a second process a GPU in exclusive-process compute mode, and a GPU the driver or a container
+    does not give: no lesson, said so with the check. Where ranks ran (the code, DDP's frames, torchrun's prefix),
+    every rank touching GPU 0 is two lessons' case: a load without map_location, an index-less 'cuda'."""
+    both = {"ddp_rank_map_location", "index_less_device"}
+    alone = diagnose.diagnose(text)
+    assert (alone.verdict, {m.slug for m in alone.matches}) == ("not_in_catalog", both)
+    assert "compute_mode" in alone.note
+    ranked = diagnose.diagnose("[rank1]: " + text)
+    assert (ranked.verdict, {m.slug for m in ranked.matches}) == ("ambiguous", both)
+    loaded = diagnose.diagnose(text, "rank = int(os.environ['RANK'])\nckpt = torch.load('last.pt')\n"
+                               "model = DistributedDataParallel(model, device_ids=[rank])\n")
+    assert loaded.matches[0].slug == "ddp_rank_map_location"
+    moved = diagnose.diagnose(text, "rank = int(os.environ['RANK'])\nx = batch.cuda()\n")
+    assert moved.matches[0].slug == "index_less_device"
