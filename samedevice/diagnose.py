@@ -412,6 +412,8 @@ FRAMES = {
                   r"forward|__call__|\w*loss\w*"),
     # an exported program run as a module (ExportedProgram.module() is an fx GraphModule)
     "exported": (r"torch[/\\](?:fx[/\\]graph_module\.py|export[/\\])", None),
+    # pack_sequence makes its lengths with torch.as_tensor and no device=: on the default device
+    "pack_sequence": (r"torch[/\\]nn[/\\]utils[/\\]rnn\.py", r"pack_sequence"),
     # a Distribution keeps the parameters it was built from (Python numbers: CPU tensors) and has no .to()
     "distributions": (r"torch[/\\]distributions[/\\]", None),
 }
@@ -581,10 +583,13 @@ def read_code(code: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
 def _clean(text: str) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
-    surrogateescape) becomes '?'."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    surrogateescape) becomes '?', and typographic quotes (a forum's, a word processor's) plain ones."""
+    return text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
 
 
 def _without_prompts(code: str) -> str:
@@ -825,6 +830,7 @@ class Upstream:
     call: str | None = None
     code: str | None = None  # a signal the code must show
     needs: tuple[str, ...] = ()  # one of these code signals or frames: the case the bug needs (a load)
+    unless: tuple[str, ...] = ()  # code signals or frames of another case of the same message
     shown: bool = False  # only where the input shows a release it had: without one, the message has a modern cause
     message: str | None = None  # a part of the message that marks the bug (a location tag)
 
@@ -840,6 +846,7 @@ class Upstream:
                      or (not calls and self.code is not None))
                 and (self.code is None or self.code in facts.code)
                 and (not self.needs or bool(set(self.needs) & set(facts.code + facts.frames)))
+                and not set(self.unless) & set(facts.code + facts.frames)
                 and (self.message is None or re.search(self.message, facts.message) is not None))
 
 
@@ -902,7 +909,7 @@ UPSTREAM = (
              "refused (pytorch/pytorch#103964); 2.1.0 makes it on the CPU (pytorch/pytorch#103967). On an older "
              "release a CPU tensor was moved there too: call it inside `with torch.device('cpu'):` (2.0) or with "
              "the CPU set back as the default", code="lengths_list",
-             call=r"(?:[\w.]+\.)?pack_padded_sequence"),
+             call=r"(?:[\w.]+\.)?pack_padded_sequence", unless=("pack_sequence",)),
     # 2.5 moved CTC loss to cuDNN v8's, which read the lengths on the device: CPU (int32) lengths failed inside cuDNN
     Upstream("cudnn", "cudnn_failed", "2.5.0", "2.8.0",
              "from 2.5, cuDNN's CTC loss (v8 API) read input_lengths and target_lengths as device tensors and failed "
@@ -945,6 +952,12 @@ ELSEWHERE = (
               "host with a GPU, install the CUDA build (python -c 'import torch; print(torch.version.cuda)' prints "
               "None); on a CPU host, ask for the CPU. Raised while loading a checkpoint saved on a GPU, the scenario "
               "below is the lesson"),
+    # lengths on the device: the user's by design, unless a default device made them there (its lesson's mechanism)
+    Elsewhere("lengths", ("global_default_device",), ("default_device", "pack_sequence"),
+              "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "
+              "pass `lengths.cpu()` (or a list); the catalog teaches tensors mixed by mistake, not this. Where a "
+              "default device is set (torch.set_default_device), a lengths tensor made without device= lands on it: "
+              "the scenario below"),
     # a GPU that takes one process (exclusive-process compute mode) refuses the second: where several ranks run,
     # every rank touching GPU 0 is two lessons' case; elsewhere another process, the driver or a container is
     Elsewhere("devices_busy", ("ddp_rank_map_location", "index_less_device"),
@@ -1138,12 +1151,11 @@ CODE_WHY = {
 # device errors of a kind no scenario raises, and what they mean
 # torch/nn/utils/rnn.py: pack_sequence makes its lengths with `torch.as_tensor([v.size(0) for v in sequences])`, no
 # device=, and hands that tensor on; pack_padded_sequence moves only a list to the CPU. Still so in 2.13 (its test)
-PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default device, so under "
-                 "torch.set_default_device('cuda') (or a CUDA default tensor type) pack_padded_sequence refuses it: "
-                 "PyTorch's own (pytorch/pytorch#88643), not fixed as of 2.13. Call pack_sequence inside "
-                 "`with torch.device('cpu'):`, or pass the lengths as a list, "
+PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default device itself, which PyTorch has not "
+                 "fixed as of 2.13 (pytorch/pytorch#88643): besides scoping the default device, call pack_sequence "
+                 "inside `with torch.device('cpu'):`, or pass the lengths as a list, "
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
-                 "the CPU since 2.1); no lesson of the catalog covers this")
+                 "the CPU since 2.1)")
 NOT_TAUGHT = {
     "build": "this PyTorch build has no kernels for this GPU's architecture (a build older than the card, or a card "
              "older than the build supports): compare torch.cuda.get_arch_list() with "
@@ -1157,8 +1169,6 @@ NOT_TAUGHT = {
                     "number; no lesson of the catalog covers this",
     "cpu_only": "this PyTorch has no kernel for the op on the device: run the op on the CPU and move its result, or "
                 "use a release that has one (its notes say); no lesson of the catalog covers this",
-    "lengths": "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "
-               "pass `lengths.cpu()` (or a list); the catalog teaches tensors mixed by mistake, not this",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
@@ -1198,9 +1208,6 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
     calls = _calls(text, facts)
-    if facts.template == "lengths" and (any(re.fullmatch(r"(?:[\w.]+\.)?pack_sequence", c) for c in calls)
-                                        or (not calls and "pack_sequence" in facts.code)):
-        return Diagnosis(facts, "not_in_catalog", note=PACK_SEQUENCE)
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
@@ -1238,6 +1245,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                 continue
             return Diagnosis(facts, "not_in_catalog", tuple(m for m in matches if m.slug in other.scenarios),
                              note=other.why)
+    if facts.template == "lengths" and "pack_sequence" in facts.code + facts.frames:
+        caveat = PACK_SEQUENCE
     top = tuple(matches[:3])
     # ambiguous: only the message's kind fits, the first two differ by no more than their priors, or nothing but the
     # message speaks for the first. A message names the op and the tensor on the wrong device, not how it got there:

@@ -320,7 +320,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "CPU tensor?")),
     Scenario("global_default_device", "torch.set_default_device(device) and a shuffling DataLoader: its sampler "
              "draws on the device with a CPU generator", "user reports", _accelerators("generator"),
-             clues=Clues(kinds=("generator",), pairs=(), frames=("sampler",), code=("default_device", "shuffle"),
+             # and any library's factory under it: pack_sequence's lengths, which pack_padded_sequence refuses
+             clues=Clues(kinds=("generator", "lengths"), pairs=(), frames=("sampler", "pack_sequence"),
+                         code=("default_device", "shuffle", "pack_sequence"),
                          prior=0.5, confirm="print(torch.get_default_device()) where the loader is iterated",
                          question="is a default device set (torch.set_default_device, set_default_tensor_type)?")),
     # Beyond the articles: checkpoints

@@ -392,6 +392,9 @@ PACK_LIST = "lens = [len(s) for s in seqs]\npacked = pack_padded_sequence(padded
     # pack_padded_sequence given its lengths as a list, which it made on the CUDA default device before 2.1
     (LENGTHS, PACK_LIST, "2.1.0"),
     (LENGTHS, "x = pack_padded_sequence(emb, [2, 1], batch_first=True)\n", "2.1.0"),
+    # typographic quotes, as a forum renders them, in the message and the code
+    (LENGTHS.replace("'", "\u2018", 1).replace("'", "\u2019", 1),
+     "torch.set_default_device(\u2018cuda\u2019)\nlens = [2, 1]\npack_padded_sequence(seq, lens)\n", "2.1.0"),
     (LENGTHS + "\ntorch==2.0.1", "out = nn.utils.rnn.pack_padded_sequence(emb, lengths=lens.tolist())\n", "2.1.0"),
     ('  File "model.py", line 12, in forward\n    x = pack_padded_sequence(x, lengths.tolist(), batch_first=True)\n'
      '  File "/env/lib/python3.8/site-packages/torch/nn/utils/rnn.py", line 249, in pack_padded_sequence\n'
@@ -1138,10 +1141,11 @@ def test_expected_verdicts() -> None:
     assert labels - slugs <= {"not_in_catalog", "fixed_upstream", "not_device_error"}, labels - slugs
 
 
-def test_pack_sequence_under_a_device_default_is_pytorch_s_own_and_a_list_of_lengths_no_longer_is() -> None:
+def test_pack_sequence_under_a_device_default_is_the_default_s_lesson_and_a_list_of_lengths_no_longer_is() -> None:
     """What PyTorch does today, on the emulated device as the default: pack_sequence makes its lengths on it and
-    pack_padded_sequence refuses them (pytorch/pytorch#88643, open), the workarounds the diagnosis gives pass, and a
-    list handed to pack_padded_sequence is made on the CPU (fixed in 2.1.0), so only an older release raises on it."""
+    pack_padded_sequence refuses them (pytorch/pytorch#88643, open): global_default_device's mechanism, a library's
+    factory under the default device, with the caveat of the bug and the two ways around it, which pass here. A list
+    handed to pack_padded_sequence is made on the CPU (fixed in 2.1.0), so only an older release raises on it."""
     import traceback
 
     import torch
@@ -1159,11 +1163,14 @@ def test_pack_sequence_under_a_device_default_is_pytorch_s_own_and_a_list_of_len
     assert (packed.data.device, packed.batch_sizes.device.type) == (emulator.device(), "cpu")
     pasted = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
     result = diagnose.diagnose(pasted)
-    assert (result.verdict, result.matches) == ("not_in_catalog", ())
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "global_default_device")
     assert "pytorch/pytorch#88643" in result.note
     assert "with torch.device('cpu')" in result.note
-    # the message alone with the code's call of it
+    # the message alone with the code's call of it, or with a default device set and the lengths made as a tensor
     assert "pytorch/pytorch#88643" in diagnose.diagnose(LENGTHS, "packed = pack_sequence(seqs)\n").note
+    made = diagnose.diagnose(LENGTHS, "torch.set_default_device('cuda')\nlens = torch.tensor([3, 2])\n"
+                             "packed = pack_padded_sequence(padded, lens)\n")
+    assert (made.verdict, made.matches[0].slug, made.note) == ("scenario", "global_default_device", "")
 
 
 BUSY = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
