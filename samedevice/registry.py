@@ -295,7 +295,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "with cpu or disk)?")),
     Scenario("traced_device_constant", "A module exported or traced on CPU, run on the device: device=x.device "
              "was recorded as cpu", "user reports", _accelerators("mismatch"),
-             clues=Clues(frames=("torchscript", "exported"), code=("jit_trace", "constant_raised"), prior=0.2,
+             # exported or traced on device 0 and run on device 1, the constant is device 0's: two of a kind
+             clues=Clues(pairs=("accelerator_cpu", "two_accelerators"), frames=("torchscript", "exported"),
+                         code=("jit_trace", "constant_raised"), prior=0.2,
                          confirm="print the exported graph (exported.graph_module.code, traced.code): "
                          "device=cpu among its constants",
                          question="was the model exported or traced (torch.export, torch.jit.trace) on another "

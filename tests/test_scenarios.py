@@ -941,6 +941,20 @@ def test_traced_device_constant_move_to_device_pass_moves_weights(accelerator: t
     assert_same_params({"out": moved(x.to(accelerator)).detach().cpu()}, {"out": module(x).detach()}, exact=False)
 
 
+def test_traced_device_constant_between_two_devices_of_a_kind(accelerator: torch.device) -> None:
+    """Exported on device 0 and run on device 1 (a server's copy on its second GPU), the recorded device is 0's:
+    the same mistake between two devices of one kind, which the diagnosis reads with the export in the code."""
+    second = _two_devices(accelerator)
+    exported = torch.export.export(_Masked().to(accelerator), (torch.zeros(2, 3, device=accelerator),))
+    program = exported.module().to(second)
+    two = f"{SAME}, but found at least two devices, {second} and {accelerator}"
+    with pytest.raises(RuntimeError, match=two) as info:
+        program(torch.ones(2, 3, device=second))
+    code = "exported = torch.export.export(model, (x,))\nprogram = exported.module().to('cuda:1')\n"
+    result = diagnose.diagnose(f"RuntimeError: {info.value}", code)
+    assert result.matches[0].slug == "traced_device_constant"
+
+
 # ---- meta_param_not_materialized -----------------------------------------------------------------
 
 
