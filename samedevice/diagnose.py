@@ -33,7 +33,7 @@ from samedevice import registry
 
 # ---- 1. the message ------------------------------------------------------------------------------
 
-DEVICE = r"(?:cuda|mps|xpu|emulated|npu|hpu|privateuseone|meta|cpu)(?::\d+)?"
+DEVICE = r"(?:cuda|mps|xpu|xla|emulated|npu|hpu|privateuseone|meta|cpu)(?::\d+)?"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +87,8 @@ TEMPLATES = (
     _t("oom", "oom", r"\b(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
-       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.]{0,80}\b(?:memory|space)"
-       r"|\b(?:memory|space)\b[^.]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
+       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.!]{0,80}\b(?:memory|space)"  # within one sentence
+       r"|\b(?:memory|space)\b[^.!]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
        "device 0 holds more memory than the others"),
     _t("dataparallel", "dataparallel",
        r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
@@ -230,11 +230,25 @@ TEMPLATES = (
     # compute mode and another process on it, or a driver or container that does not give it)
     _t("devices_busy", "busy", r"CUDA-capable device\(s\) is/are busy or unavailable"
        r"|all CUDA-capable devices are busy or unavailable", "the GPU would not take this process"),
+    # xformers' check of its attention bias against the query (xformers/ops/fmha): a bias made without a device is
+    # made on the current device ('cuda', index-less) or on the CPU
+    _t("attn_bias", "mismatch", r"Attention bias and Query/Key/Value should be on the same device"
+       r"(?: query\.device: (?P<a>" + DEVICE + r") attn_bias\s*: (?P<b>" + DEVICE + r"))?",
+       "xformers' check of its attention bias against the query"),
+    # torch_xla's check of an op's input: a CPU tensor met XLA's (the message names the CPU tensor's type)
+    _t("xla_input", "mismatch", r"Input tensor is not an XLA tensor: (?P<b>CPU)\w*Type",
+       "torch_xla's check that an op's input is an XLA tensor"),
+    # NCCL refusing a communicator whose ranks share a GPU (ncclInvalidUsage)
+    _t("duplicate_gpu", "duplicate_gpu", r"Duplicate GPU detected ?: rank \d+ and rank \d+ both on CUDA device",
+       "NCCL found two ranks of one process group on one GPU"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
     _t("device_assert", "assert", r"device-side assert(?:ion)? triggered",
        "a CUDA kernel's own assert failed (an index out of range), not a device check"),
+    # cudaErrorIllegalAddress: a kernel read memory it may not. Last, as the assert: a log's device check comes first
+    _t("illegal_access", "illegal", r"an illegal memory access was encountered",
+       "a CUDA kernel read memory it may not"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 # an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
@@ -353,6 +367,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "extension_cuda":
         names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
+    if template.name == "xla_input":
+        names = ["xla", "cpu"]  # the op runs on XLA; its input is a CPU tensor
     if template.name == "mps_placeholder":
         names = ["mps", "cpu"]  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
     if template.name == "same_gpu_index":
@@ -1157,6 +1173,16 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
+    "duplicate_gpu": "two ranks of one process group use one GPU: each rank picks its own before "
+                     "init_process_group (`torch.cuda.set_device(int(os.environ['LOCAL_RANK']))`, DDP's "
+                     "`device_ids=[local_rank]`), not a device written in the script, nor one CUDA_VISIBLE_DEVICES "
+                     "for every rank, nor more ranks than GPUs; no lesson of the catalog covers this (where the ranks "
+                     "never set their device and ask for 'cuda', index_less_device shows how they all land on 0)",
+    "illegal": "a CUDA kernel read memory it may not. It is a device error where the kernel does not check its "
+               "inputs' devices (a CUDA extension's, apex's fused optimizers) and is given a tensor on the CPU or on "
+               "another GPU than the current one, which it launches on; otherwise the kernel's own bug. Rerun with "
+               "CUDA_LAUNCH_BLOCKING=1 for the op, then print its inputs' devices and torch.cuda.current_device(); "
+               "no lesson of the catalog covers this",
     "build": "this PyTorch build has no kernels for this GPU's architecture (a build older than the card, or a card "
              "older than the build supports): compare torch.cuda.get_arch_list() with "
              "torch.cuda.get_device_capability() and install a build made for the card; nothing is misplaced",

@@ -274,7 +274,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",
              "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2,
              # on a GPU in exclusive-process compute mode, a second process's touch of device 0 is refused as busy
-             clues=Clues(kinds=("mismatch", "busy"), pairs=("two_accelerators",), code=("index_less", "ranks"),
+             # xformers' attention bias made without a device: on the current device, 0, beside a query on device 1
+             clues=Clues(kinds=("mismatch", "busy"), pairs=("two_accelerators",), templates=("attn_bias",),
+                         code=("index_less", "ranks"),
                          prior=0.3,
                    confirm="print torch.accelerator.current_device_index() in each worker",
                    question="is it two devices of one kind, with `.cuda()` or \"cuda\" in a process for device 1?")),

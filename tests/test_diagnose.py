@@ -356,6 +356,12 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "not_in_catalog",
      "get_arch_list"),
     ("RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor", "not_in_catalog", "lengths.cpu()"),
+    # a kernel reading memory it may not: an unchecked kernel given another device's tensor, or its own bug
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "not_in_catalog",
+     "torch.cuda.current_device()"),
+    # NCCL's communicator refused: two ranks on one GPU
+    ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : "
+     "rank 0 and rank 1 both on CUDA device 2000", "not_in_catalog", "LOCAL_RANK"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
@@ -1194,3 +1200,21 @@ def test_a_busy_gpu_is_another_process_s_unless_ranks_ran_and_then_it_is_every_r
     assert loaded.matches[0].slug == "ddp_rank_map_location"
     moved = diagnose.diagnose(text, "rank = int(os.environ['RANK'])\nx = batch.cuda()\n")
     assert moved.matches[0].slug == "index_less_device"
+
+
+def test_other_libraries_checks_name_their_devices() -> None:
+    """xformers' check of its attention bias names the query's device and the bias's: a bias made without a device,
+    on the current device 0, beside a query on another (index_less_device first). torch_xla's check of an input names
+    the CPU tensor's type; XLA's devices are read in PyTorch's own messages too."""
+    bias = ("ValueError: Attention bias and Query/Key/Value should be on the same device\n  query.device: cuda:7\n"
+            "  attn_bias   : cuda:0")
+    result = diagnose.diagnose(bias)
+    assert (result.facts.devices, result.matches[0].slug) == (("cuda:7", "cuda:0"), "index_less_device")
+    assert diagnose.read("Attention bias and Query/Key/Value should be on the same device").template == "attn_bias"
+    xla = diagnose.read("RuntimeError: Check failed: xtensor: Input tensor is not an XLA tensor: CPUFloatType")
+    assert (xla.template, xla.devices, xla.pair) == ("xla_input", ("xla", "cpu"), "accelerator_cpu")
+    found = diagnose.read(f"{TWO_DEVICES.replace('cuda:0', 'xla:0')}")
+    assert (found.devices, found.pair) == (("xla:0", "cpu"), "accelerator_cpu")
+    # a log whose device check came before a later illegal access is read by the check
+    log = TWO_DEVICES + "\nRuntimeError: CUDA error: an illegal memory access was encountered"
+    assert diagnose.read(log).template == "codegen"
