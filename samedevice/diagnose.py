@@ -97,6 +97,10 @@ TEMPLATES = (
     # before 1.1, DataParallel's broadcast of a module left on the CPU (torch/nn/parallel/_functions.py, Broadcast)
     _t("dataparallel_cpu", "dataparallel", r"Broadcast function not implemented for CPU tensors",
        "nn.DataParallel broadcast a module left on the CPU (before 1.1's device_ids[0] check)"),
+    # DDP given device_ids for a module on several devices (its parameters' set names two): device_ids=None
+    _t("ddp_multi_device", "ddp_multi", r"device_ids and output_device arguments only work with single-device"
+       r"[^{}]{0,300}module parameters \{device\([^)]*\), device\(", "DDP was given device_ids for a module on "
+       "several devices"),
     _t("ddp_device_ids", "ddp", r"device_ids and output_device arguments only work with single-device",
        "DistributedDataParallel was given device_ids for a module that is not on that device"),
     _t("collective", "collective",
@@ -215,8 +219,9 @@ TEMPLATES = (
     # torch.load calling map_location as a function: 0.4.0 took no torch.device (its type printed as torch.Device)
     _t("device_not_callable", "map_location", r"'torch\.Device' object is not callable",
        "torch.load called a torch.device as a function"),
-    _t("map_location_not_callable", "map_location", r"map_location\(storage, location\).{0,300}?'(?P<obj>\w+)' object "
-       r"is not callable", "torch.load called map_location, which is no string, device, dict or function"),
+    _t("map_location_not_callable", "map_location",  # within torch.load's frame: not a later one's (a lambda's)
+       r"map_location\(storage, location\)(?:(?!File ).){0,300}?'(?P<obj>\w+)' object is not callable",
+       "torch.load called map_location, which is no string, device, dict or function"),
     # a device index the process cannot see: more ranks than GPUs, a global rank used as a local index
     _t("invalid_ordinal", "ordinal", r"invalid device ordinal", "a process asked for a device index it does not have"),
     # a PyTorch build without kernels for this GPU's architecture: nothing is misplaced
@@ -541,11 +546,14 @@ SIGNALS = {
     "torch_load": r"\btorch\.load\(|\.load_from_checkpoint\(",  # Lightning's loads through torch.load
     "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
     "set_rng_state": r"set_rng_state\(",
+    # torch.load told to put the storages on the CPU ('cpu', a device, a function or a dict of them): no rank's
+    # tensors land on device 0
+    "map_location_cpu": r"(?m)^[^#\n]*\bmap_location\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]"
+                        r"|lambda\s+\w+\s*,\s*\w+\s*:\s*\w+\s*[,)]|\{[^}\n]*:\s*['\"]cpu['\"])",
     "default_device": r"set_default_device\(|set_default_tensor_type\(",
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
-    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|from torch\.export import|"
-                 r"\btorch\.onnx\.export\(",
+    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
@@ -555,6 +563,8 @@ SIGNALS = {
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
+    # the device chosen as the CPU (`device = "cpu"`): a run on the CPU by design
+    "cpu_device": r"(?m)^[ \t]*(?:self\.)?device\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))\s*$",
     "cpu_host": r"(?m)(?:map_location\s*=|^[ \t]*device\s*=)\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))",
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
     # a tensor put in an optimizer's param group, and an optimizer of one's own
@@ -572,6 +582,11 @@ SIGNALS = {
     # reads a name bound to one too
     "lengths_list": r"\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?(?:\[|[\w.]+\.tolist\(\)|list\()",
     "pack_sequence": r"\bpack_sequence\(",
+    # a Distribution built from Python numbers or from a tensor made without device=: its parameters on the CPU
+    "distribution_cpu": r"(?m)^[^#\n]*\b(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exponential|Poisson"
+                        r"|Dirichlet|LogNormal|Cauchy|StudentT|Binomial|MultivariateNormal)\(\s*(?:loc\s*=\s*|probs\s*="
+                        r"\s*|logits\s*=\s*)?(?:-?\d[\d.]*\s*[,)]|torch\.(?:tensor|zeros|ones|Tensor|FloatTensor|eye)"
+                        r"\((?![^\n]*device\s*=))",
     "lerp_cpu_scalar": r"(?m)^[^#\n]*?\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?"
                        r"torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
 }
@@ -589,17 +604,27 @@ def read_code(code: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
         parsed = None
     found += parsed if parsed is not None else _text_signals(code)
-    if "tokenizer" in found:  # its outputs moved whole (`tokenizer(...).to(device)`, `inputs.to(...)`), or not
-        moved = re.search(r"(?:\)|\benc\w*|\binputs?)\.to\(|\*\*\{k: v\.to", code)
-        found.append("tokenizer_moved" if moved else "tokenizer_not_moved")
-    # a layer called out of a dict by a tuple key (`self.convs[("upconv", i, 0)](x)`): a ModuleDict takes only
-    # strings, so the dict is a plain one, whose layers .to() and DataParallel's replicas skip
-    if re.search(r"\bself\.\w+\[\s*\([^\]\n]{0,200}\)\s*\]\s*\(", code):
+    if "tokenizer" in found:  # its outputs moved whole, or not
+        found.append("tokenizer_moved" if _tokenizer_outputs_moved(code) else "tokenizer_not_moved")
+    # a layer called out of a dict by a tuple key (`self.convs[("upconv", i, 0)](x)`, not `self.blocks[(i - 1)](x)`):
+    # a ModuleDict takes only strings, so the dict is a plain one, whose layers .to() skips unless they are also
+    # registered another way (DataParallel's replicas miss them even then)
+    if re.search(r"(?m)^[^#\n]*\bself\.\w+\[\s*\([^\]\n,]{0,200},[^\]\n]{0,200}\)\s*\]\s*\(", code):
         found.append("plain_list_layers")
     return tuple(dict.fromkeys(found))
 
 
 TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _tokenizer_outputs_moved(code: str) -> bool:
+    """A tokenizer's outputs moved whole: `tokenizer(...).to(device)` on its line, a name bound to a tokenizer's call
+    moved (`enc = tokenizer(...)`, then `enc.to(device)`), or every value moved (`{k: v.to(device) for ...}`). Not
+    a model's move (`from_pretrained(name).to(device)`), nor one of its tensors (`enc["input_ids"].to(device)`)."""
+    if re.search(r"\btokenizer\w*\([^\n]*\)\.to\(|\{\s*\w+\s*:\s*\w+\.to\(", code):
+        return True
+    bound = re.findall(r"(?m)^[ \t]*(\w+)\s*=\s*(?:[\w.]*\.)?\w*tokenizer\w*(?:\.\w+)?\(", code)
+    return any(re.search(rf"\b{re.escape(name)}\.to\(", code) for name in bound)
 
 
 def _clean(text: str) -> str:
@@ -674,7 +699,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("plain_list_layers")
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    built = _modules_built_and_called(tree, calls)
+    built = _modules_built_and_called(tree, calls) | _models_loaded(tree)
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
              and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n)))]
     if any(_lengths_given_as_list(tree, n) for n in calls if _call_name(n).endswith("pack_padded_sequence")):
@@ -690,6 +715,13 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     return found
+
+
+def _models_loaded(tree: ast.AST) -> set[str]:
+    """Names bound to a loaded model (`pipe = DiffusionPipeline.from_pretrained(...)`, `m = torch.hub.load(...)`):
+    `pipe.to("cuda")` moves a model, not an input."""
+    return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and _loads_a_model(_call_name(n.value)) for t in n.targets if isinstance(t, ast.Name)}
 
 
 def _lengths_given_as_list(tree: ast.AST, call: ast.Call) -> bool:
@@ -811,8 +843,10 @@ def _text_signals(code: str) -> list[str]:
 
 # ---- 4. the scores -------------------------------------------------------------------------------
 
-# frames that decide the mechanism on their own: where no scenario claims one, none applies
-DECISIVE = ("torchscript", "distributions")
+# frames that decide the mechanism on their own, where no scenario claims one: none applies. A frame inside
+# torch.distributions decides only where the code shows the parameters made on the CPU: its op meets the parameters
+# and the value alike (`value - self.loc`), and a value left on the CPU is a batch never moved
+DECISIVE = {"torchscript": None, "distributions": "distribution_cpu"}
 # a Distribution has no .to(): its parameters stay where they were made (0-dim CPU ones pass as scalars since 1.x)
 DECISIVE_NOTES = {"distributions": ": a Distribution keeps its parameters where they were made and has no .to(), so "
                                    "parameters made on the CPU meet a value on the device; build it from tensors on "
@@ -1014,7 +1048,10 @@ def read(text: str, code: str = "") -> Facts:
         + (("rank_log",) if re.search(r"(?m)^\s*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
-    return Facts(template=template.name if template else None, kind=template.kind if template else None,
+    kind = template.kind if template else None
+    if template is not None and template.name == "invalid_ordinal" and "serialization" in frames:
+        kind = "deserialize_index"  # an old torch.load restored with .cuda(N) unchecked: a saved index the host lacks
+    return Facts(template=template.name if template else None, kind=kind,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
                  frames=frames,
                  side=_side(template, groups), site=raise_site(text),
@@ -1165,6 +1202,14 @@ CODE_WHY = {
 
 
 # device errors of a kind no scenario raises, and what they mean
+# what runs only on the device, met by code that chose the CPU (`device = "cpu"`): nothing was left behind
+ON_THE_DEVICE_ONLY = {
+    "extension_cuda": "this extension has only a CUDA kernel and the code runs on the CPU by design (device = 'cpu'): "
+                      "run it on a GPU, or use the library's CPU implementation if it has one; no lesson of the "
+                      "catalog covers this",
+    "ddp_device_ids": "DistributedDataParallel of a module on the CPU (a run on the CPU by design, gloo) takes "
+                      "device_ids=None and output_device=None; no lesson of the catalog covers this",
+}
 # torch/nn/utils/rnn.py: pack_sequence makes its lengths with `torch.as_tensor([v.size(0) for v in sequences])`, no
 # device=, and hands that tensor on; pack_padded_sequence moves only a list to the CPU. Still so in 2.13 (its test)
 PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default device itself, which PyTorch has not "
@@ -1173,6 +1218,9 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
+    "ddp_multi": "DistributedDataParallel takes device_ids for a module on one GPU; a module spread over several "
+                 "(a device map, a model split by hand) takes device_ids=None and output_device=None, and each rank "
+                 "keeps its own devices; no lesson of the catalog covers this",
     "duplicate_gpu": "two ranks of one process group use one GPU: each rank picks its own before "
                      "init_process_group (`torch.cuda.set_device(int(os.environ['LOCAL_RANK']))`, DDP's "
                      "`device_ids=[local_rank]`), not a device written in the script, nor one CUDA_VISIBLE_DEVICES "
@@ -1183,9 +1231,10 @@ NOT_TAUGHT = {
                "another GPU than the current one, which it launches on; otherwise the kernel's own bug. Rerun with "
                "CUDA_LAUNCH_BLOCKING=1 for the op, then print its inputs' devices and torch.cuda.current_device(); "
                "no lesson of the catalog covers this",
-    "build": "this PyTorch build has no kernels for this GPU's architecture (a build older than the card, or a card "
-             "older than the build supports): compare torch.cuda.get_arch_list() with "
-             "torch.cuda.get_device_capability() and install a build made for the card; nothing is misplaced",
+    "build": "this build has no kernels for this GPU's architecture (a PyTorch build older than the card, or a card "
+             "older than the build supports; or a CUDA extension compiled without the card's architecture, "
+             "TORCH_CUDA_ARCH_LIST): compare torch.cuda.get_arch_list() with torch.cuda.get_device_capability() "
+             "and install (or compile) a build made for the card; nothing is misplaced",
     "ordinal": "a process asked for a device index this host, or its CUDA_VISIBLE_DEVICES, does not have: more ranks "
                "than GPUs, or a global rank used as a local index (`torch.cuda.set_device(rank)` on a second "
                "machine). Use LOCAL_RANK, and as many processes per node as it has GPUs; no lesson of the catalog "
@@ -1234,6 +1283,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "-1); CUDA reports it at a later call. Rerun with CUDA_LAUNCH_BLOCKING=1, or on the CPU, for "
                          "the op and the real message; no device lesson applies")
     calls = _calls(text, facts)
+    if facts.template in ON_THE_DEVICE_ONLY and "cpu_device" in facts.code:
+        return Diagnosis(facts, "not_in_catalog", note=ON_THE_DEVICE_ONLY[facts.template])
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
@@ -1245,7 +1296,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
-    unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed]
+    unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed
+                 and DECISIVE[frame] in (None, *facts.code)]
     if unclaimed:
         return Diagnosis(facts, "not_in_catalog", note=f"the error is raised inside {unclaimed[0]}, which no scenario "
                          "of the catalog teaches" + DECISIVE_NOTES.get(unclaimed[0], ""))
@@ -1278,8 +1330,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # message speaks for the first. A message names the op and the tensor on the wrong device, not how it got there:
     # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an
     # offloaded encoder's device read. Only the traceback's frames or the code show the case.
+    # and a lesson the code speaks against (its fix shown) is never named alone
     if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
-                         or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug))):
+                         or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug))
+                         or set(registry.get(top[0].slug).clues.against) & set(facts.code)):
         scenario = registry.get(top[0].slug)
         more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
                                                          "frame that raises tells most of them apart")

@@ -392,6 +392,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              # or, on GPUs in exclusive-process compute mode, the ranks after the first refused device 0 as busy
              clues=Clues(kinds=("oom", "mismatch", "busy"), templates=("device0_memory",), pairs=("two_accelerators",),
                    frames=("ddp", "serialization"), code=("ddp", "torch_load", "ranks"),
+                   against=("map_location_cpu",),  # the lesson's first fix shown: a load mapped to the CPU
                    prior=0.2, confirm="nvidia-smi while resuming: device 0 holds a process of every rank",
                    question="is it a multi-GPU (DDP) resume, every rank loading without map_location?")),
 )
