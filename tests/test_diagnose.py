@@ -1085,15 +1085,15 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 292 covered reports, fourteen batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 320 covered reports, fifteen batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
     floor = {True: (0.58, 0.80), False: (0.52, 0.77)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 38% with the code, 36% without (of the tenth to fourteenth batches' 54, 6 were right on arrival)
-    assert result["rest_right"] >= {True: 0.37, False: 0.35}[with_code], result["misses"]
-    # one lesson named: 100 of 117 right with the code, 75 of 83 without (on the first four batches it was 23 of 49
+    # the rest: 39% with the code, 37% without (of the tenth to fifteenth batches' 59, 7 were right on arrival)
+    assert result["rest_right"] >= {True: 0.38, False: 0.36}[with_code], result["misses"]
+    # one lesson named: 108 of 125 right with the code, 83 of 92 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.85, False: 0.89}[with_code], result["misses"]
 
