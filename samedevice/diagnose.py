@@ -58,6 +58,12 @@ TEMPLATES = (
        "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
     # a location tag this PyTorch has no restore function for: a device its build or version lacks (an mps:0 or a
     # backend's checkpoint on an older or other build), torch/serialization.py's default_restore_location
+    # a device named by a string no PyTorch has ('gpu'): a map_location or a torch.device written wrong
+    _t("device_name", "device_name", r"don't know how to restore data location of [\w.]+ \(tagged with gpu(?::?\d+)?\)"
+       r"|device type at start of device string: (?P<name>\w+)", "a device string PyTorch has no device for"),
+    # a build without the backend a storage is restored to (2.x's UntypedStorage: a checkpoint from a Mac on Linux)
+    _t("storage_device", "deserialize", r"Storage device not recognized: (?P<a>\w+)",
+       "torch.load met a device this build does not have"),
     _t("unknown_location", "deserialize", r"don't know how to restore data location of [\w.]+ \(tagged with "
        r"(?P<a>[\w]+)(?::\d+)?\)", "torch.load met a location tag this PyTorch cannot restore"),
     _t("rng_state", "rng",
@@ -126,10 +132,11 @@ TEMPLATES = (
        "an op's generated device check (TensorIterator or the codegen's common-device check)"),
     _t("legacy_device_type", "mismatch",
        r"Expected (?:object of )?device type (?P<a>\w+) but got device type(?: (?P<b>\w+)|\s*$)"
-       r"(?: for argument #\d+ '(?P<arg>\w+)')?(?: in call to (?P<op>\w+))?",
+       r"(?: for argument #\d+ ?'(?P<arg>\w+)')?(?: in call to (?P<op>\w+))?",
        "a pre-1.5 TH kernel's argument check"),
     _t("legacy_backend", "mismatch", r"Expected object of backend (?P<a>\w+) but got backend (?P<b>\w+)"
-       r"(?: for argument #\d+ '(?P<arg>\w+)')?|expected backend (?P<a2>\w+) and dtype \w+ but got backend (?P<b2>\w+)",
+       r"(?: for argument #\d+ ?'(?P<arg>\w+)')?"
+       r"|expected backend (?P<a2>\w+) and dtype \w+ but got backend (?P<b2>\w+)",
        "a pre-1.5 kernel's backend check"),
     # before 0.4 the argument parser named the tensors' types: a CUDA tensor given where the CPU self's method
     # expects a CPU one ("add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor)")
@@ -142,11 +149,11 @@ TEMPLATES = (
        r"(?:Tensor for (?:argument #\d+ )?'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU) "
        r"\(while checking arguments for (?P<op>\w+)\)",
        "a 1.x kernel's check that its arguments are on the GPU (TensorUtils.cpp, checkSameGPU)"),
-    _t("same_gpu_index", "mismatch", r"Expected tensor for argument #\d+ '(?P<arg>\w+)' to have the same device as "
+    _t("same_gpu_index", "mismatch", r"Expected tensor for argument #\d+ ?'(?P<arg>\w+)' to have the same device as "
        r"tensor for argument #\d+ '\w+'; but device (?P<a>\d+) does not equal (?P<b>\d+)"
        r"(?: \(while checking arguments for (?P<op>\w+)\))?",
        "a 1.x kernel's check that its arguments are on one GPU (TensorUtils.cpp, checkSameGPU)"),
-    _t("device_type", "mismatch", r"Expect(?:ed)? tensor(?: for argument #\d+ '(?P<arg>\w+)')? to have (?P<a>\w+) "
+    _t("device_type", "mismatch", r"Expect(?:ed)? tensor(?: for argument #\d+ ?'(?P<arg>\w+)')? to have (?P<a>\w+) "
        r"(?:DeviceType|Backend), but got tensor with (?P<b>\w+) (?:DeviceType|Backend)"
        r"(?: \(while checking arguments for (?P<op>\w+))?",
        "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType, checkBackend)"),
@@ -158,7 +165,7 @@ TEMPLATES = (
        "a pre-1.0 THC kernel's check: two GPUs"),
     # (0.4's pre-releases wrapped the names: "Variable[torch.cuda.LongTensor]")
     _t("legacy_type", "mismatch", r"[Ee]xpected (?:object of )?type (?:Variable\[)?(?P<a>torch(?:\.\w+)+)\]? but "
-       r"(?:found|got) (?:type )?(?:Variable\[)?(?P<b>torch(?:\.\w+)+)\]?(?: for argument #\d+ '(?P<arg>\w+)')?",
+       r"(?:found|got) (?:type )?(?:Variable\[)?(?P<b>torch(?:\.\w+)+)\]?(?: for argument #\d+ ?'(?P<arg>\w+)')?",
        "a pre-0.4 kernel's tensor-type check"),
     # TensorIterator lets a CUDA kernel read one 0-dim CPU tensor as a scalar, not two
     # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op
@@ -390,9 +397,11 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
 
 # ---- 2. the frames -------------------------------------------------------------------------------
 
-# a frame line as Python, IPython 7 (a file or a cell), IPython 8 (a file or a cell) and pytest print it
+# a frame line as Python, IPython 7 (a file or a cell; Colab links it: `[<ipython-input-9-60e6>](https://...) in
+# forward(self, x)`), IPython 8 (a file or a cell) and pytest print it
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)'
-                   r"|(?<!\S)(?P<ipath>\S+\.py|<ipython-input-[\w-]+>) in (?P<ifunc>\w+\(|<module>)"
+                   r"|(?<!\S)\[?(?P<ipath>[^\s\[\]()]+\.py|<ipython-input-[\w-]+>)(?:\]\([^)\s]*\))? in "
+                   r"(?P<ifunc>\w+\(|<module>|<cell line: \d+>)"
                    r"|File (?P<jpath>[^\s\",]+\.py):\d+, in (?P<jfunc>[\w.<>]+)"
                    r"|(?P<cell>Cell In\[\d+\]), line \d+, in (?P<cfunc>[\w.<>]+)"
                    r"|(?<!\S)(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")
@@ -702,6 +711,9 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     built = _modules_built_and_called(tree, calls) | _models_loaded(tree)
     moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
              and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n)))]
+    # a draw given its generator and its device at once (`torch.randn(s, generator=g, device=d)`): no default device
+    if any({"generator", "device"} <= {k.arg for k in n.keywords} for n in calls):
+        found.append("draw_device_given")
     if any(_lengths_given_as_list(tree, n) for n in calls if _call_name(n).endswith("pack_padded_sequence")):
         found.append("lengths_list")
     if moves:
@@ -1218,6 +1230,11 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
+    "device_name": "a device was named by a string PyTorch has no device for ('gpu' is none: write 'cuda', 'cuda:0', "
+                   "'mps' or 'cpu'), in a map_location or a torch.device; no lesson of the catalog covers this",
+    "generator": "a random op drew on one device with a generator of another: a generator serves only its own "
+                 "device's draws. Make it there (`torch.Generator(device=...)`), or draw on the generator's device "
+                 "and move the result; no lesson of the catalog covers this",
     "ddp_multi": "DistributedDataParallel takes device_ids for a module on one GPU; a module spread over several "
                  "(a device map, a model split by hand) takes device_ids=None and output_device=None, and each rank "
                  "keeps its own devices; no lesson of the catalog covers this",

@@ -216,7 +216,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "both seeds", _accelerators("mismatch"),
              clues=Clues(sides=("input",), frames=("layer", "embedding"), arguments=("mat1", "mat2", "input"),
                    ops=("addmm", "mm", "conv"),
-                   code=("batch_loop",), prior=0.8, confirm="audit.misplaced(device, batch=batch) names each key",
+                   code=("batch_loop",), prior=0.7, confirm="audit.misplaced(device, batch=batch) names each key",
                    question=FORWARD_QUESTION)),
     Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",
              "000 seed (root cause 1), user reports", _accelerators("mismatch"),
@@ -232,9 +232,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
              "user reports", _accelerators("mismatch"),
              clues=Clues(templates=("rnn_hidden", "all_input_tensors"), frames=("user_forward",),
-                         # the commonest cause of a bare "found at least two devices" in public reports (4 of the
-                         # first 70, 15 of the first 128 held out), most of them a library's own forward
-                         code=("factory_in_forward", "factory_raised", "factory_no_device"), prior=0.7,
+                         # the commonest cause of a bare "found at least two devices" in public reports (20 of the
+                         # 72 bare ones of the 70 and the held out, batch_not_moved 15), most of them a library's
+                         # own forward: the first candidate of a bare message
+                         code=("factory_in_forward", "factory_raised", "factory_no_device"), prior=0.8,
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
@@ -327,6 +328,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              # and any library's factory under it: pack_sequence's lengths, which pack_padded_sequence refuses
              clues=Clues(kinds=("generator", "lengths"), pairs=(), frames=("sampler", "pack_sequence"),
                          code=("default_device", "shuffle", "pack_sequence"),
+                         against=("draw_device_given",),  # the draw's device written in the call: no default's
                          prior=0.5, confirm="print(torch.get_default_device()) where the loader is iterated",
                          question="is a default device set (torch.set_default_device, set_default_tensor_type)?")),
     # Beyond the articles: checkpoints

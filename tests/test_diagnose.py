@@ -1067,7 +1067,10 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     """The accuracy measured on the reports (benchmarks/bench_diagnose.py prints it) does not fall below
     what this version reaches: a change of the rules that loses reports shows here."""
     result: dict[str, Any] = evaluate(REPORTS, with_code)
-    floor = {True: (0.83, 0.96), False: (0.76, 0.89)}[with_code]  # 55 covered reports
+    # 55 covered reports. A bare message's first candidate is factory_in_forward, the commonest cause of it over the
+    # 70 and the held-out reports (20 of 72 against batch_not_moved's 15): the 70 lose one report by it (two bare
+    # batches, against one bare factory), the held-out ones gain ten with the code and nineteen without
+    floor = {True: (0.81, 0.96), False: (0.74, 0.89)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     # the rest (reports the catalog does not teach) is 15 now: the two checkpoints from a device index the host
@@ -1088,14 +1091,14 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 320 covered reports, fifteen batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.58, 0.80), False: (0.52, 0.77)}[with_code]
+    floor = {True: (0.63, 0.83), False: (0.59, 0.80)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 39% with the code, 36% without (of the tenth to fifteenth batches' 59, 7 were right on arrival)
-    assert result["rest_right"] >= {True: 0.38, False: 0.36}[with_code], result["misses"]
-    # one lesson named: 108 of 125 right with the code, 83 of 92 without (on the first four batches it was 23 of 49
+    # the rest: 40% with the code, 37% without (of the tenth to fifteenth batches' 59, 7 were right on arrival)
+    assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
+    # one lesson named: 110 of 125 right with the code, 85 of 93 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.85, False: 0.89}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.87, False: 0.90}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
@@ -1286,3 +1289,37 @@ def test_signals_the_review_found_too_broad() -> None:
     assert "tokenizer_not_moved" in moved
     assert "tokenizer_moved" in diagnose.read_code("enc = tokenizer(t, return_tensors='pt')\nenc = enc.to(device)\n")
     assert "model_moved" in diagnose.read_code("ep = torch.export.export(model, (x,))\nm = ep.module().to(device)\n")
+
+
+def test_what_the_fifteenth_batch_showed_unread() -> None:
+    """A device string PyTorch has no device for ('gpu'), raised by torch.device as PyTorch words it or by torch.load
+    as a location tag; a build without the backend a storage is restored to; an argument whose space a wrapped line
+    lost (`#4'other'`); Colab's linked frames; and a draw given a CPU generator and a device in its own call, raised
+    as PyTorch raises it on the emulated device: no default device's doing."""
+    import torch
+
+    from samedevice import emulator
+
+    with pytest.raises(RuntimeError, match="device string: gpu") as named:
+        torch.device("gpu")
+    for text in (f"RuntimeError: {named.value}",
+                 "RuntimeError: don't know how to restore data location of torch.FloatStorage (tagged with gpu)"):
+        result = diagnose.diagnose(text)
+        assert (result.verdict, result.matches) == ("not_in_catalog", ())
+        assert "'gpu' is none" in result.note
+    mac = diagnose.diagnose("torch.UntypedStorage(): Storage device not recognized: mps")
+    assert (mac.verdict, mac.matches[0].slug) == ("scenario", "cuda_checkpoint_on_cpu_host")
+    wrapped = diagnose.read("Expected object of type torch.FloatTensor but found type torch.cuda.FloatTensor for\n"
+                            " argument #4'other'")
+    assert (wrapped.argument, wrapped.side) == ("other", "state")
+    colab = ("[<ipython-input-9-60e69670aa0f>](https://localhost:8080/#) in forward(self, x, t)\n"
+             "---> 13         xt = torch.cat([x, t], dim=1)\n\n" + TWO_DEVICES)
+    assert diagnose.read(colab).frames == ("user_forward",)
+    with pytest.raises(RuntimeError, match="generator") as drawn:
+        torch.randn(3, generator=torch.Generator().manual_seed(0), device=emulator.device())
+    text = f"RuntimeError: {drawn.value}".replace(emulator.device().type, "cuda")
+    code = "latents = torch.randn(\n    (1, 4, 64, 64),\n    generator=generator,\n    device=torch_device,\n)\n"
+    given = diagnose.diagnose(text, code)
+    assert (given.verdict, given.matches) == ("not_in_catalog", ())
+    assert "torch.Generator(device=" in given.note
+    assert diagnose.diagnose(text, "torch.set_default_device('cuda')\n").matches[0].slug == "global_default_device"
