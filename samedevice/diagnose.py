@@ -83,7 +83,8 @@ TEMPLATES = (
        "a device tensor handed to numpy"),
     _t("capturable_attribute", "capturable", r"object has no attribute '_warned_capturable_if_run_uncaptured'",
        "an optimizer whose state was loaded lacks an attribute PyTorch 1.12.0's Adam reads"),
-    _t("not_compiled", "no_cuda", r"Torch not compiled with CUDA enabled",
+    # torch/cuda/__init__.py: _lazy_init's assert, and _exchange_device's (`with torch.cuda.device(i)`) on that build
+    _t("not_compiled", "no_cuda", r"Torch not compiled with CUDA enabled|PyTorch was compiled without CUDA support",
        "a PyTorch built without CUDA was asked for CUDA (torch/cuda/__init__.py, _lazy_init)"),
     _t("capturable_false", "capturable", r"If capturable=False, state_steps should not be CUDA tensors",
        "Adam's `step` is on the device while the optimizer is not capturable"),
@@ -235,6 +236,12 @@ TEMPLATES = (
     _t("no_kernel_image", "build", r"no kernel image is available for execution on the device",
        "this PyTorch build has no kernels for this GPU"),
     # an op with no kernel for the tensor's device in this release (TH's: "randperm is only implemented for CPU")
+    # the dispatcher finding no kernel of an op for an accelerator's tensors, in its three wordings (1.3's dispatch
+    # key, 1.3's schema, and today's backend); a quantized or sparse backend is a layout, not a device
+    _t("no_kernel", "cpu_only", r"Could not run '(?P<op>[\w:.]+)' with arguments from the '(?:CUDA|MPS|XPU|HIP|XLA)' "
+       r"backend|Didn't find kernel to dispatch to for operator '(?P<op2>[\w:.]+)'\. Tried to look up kernel for "
+       r"dispatch key 'CUDATensorId'|No function is registered for schema (?P<op3>[\w:.]+)\([^\n]{0,600}? on tensor "
+       r"type CUDATensorId", "the op has no kernel for the device in this build"),
     _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
        "an op with no kernel for the device in this PyTorch"),
     _t("cudnn_failed", "cudnn", r"cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "cuDNN failed to run a kernel"),
@@ -253,6 +260,9 @@ TEMPLATES = (
     # NCCL refusing a communicator whose ranks share a GPU (ncclInvalidUsage)
     _t("duplicate_gpu", "duplicate_gpu", r"Duplicate GPU detected ?: rank \d+ and rank \d+ both on CUDA device",
        "NCCL found two ranks of one process group on one GPU"),
+    # CUDA touched in a forked process (a DataLoader worker's transform, a CUDA default tensor type), which CUDA refuses
+    _t("cuda_in_fork", "fork", r"Cannot re-initialize CUDA in forked subprocess",
+       "CUDA used in a forked process, a DataLoader worker"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
@@ -1259,8 +1269,12 @@ NOT_TAUGHT = {
     "map_location": "torch.load calls map_location for each storage unless it is a string ('cpu', 'cuda:0'), a "
                     "torch.device (since 0.4.1), or a dict of location tags: pass one of those, not a list or a "
                     "number; no lesson of the catalog covers this",
-    "cpu_only": "this PyTorch has no kernel for the op on the device: run the op on the CPU and move its result, or "
-                "use a release that has one (its notes say); no lesson of the catalog covers this",
+    "cpu_only": "this build has no kernel for the op on the device (PyTorch's quantized ops run on the CPU; an op of "
+                "torchvision or an extension needs a build for this CUDA): run the op on the CPU and move its result, "
+                "or use a release or build that has one; no lesson of the catalog covers this",
+    "fork": "CUDA was used in a forked process, most often a DataLoader worker (a transform calling .cuda(), a CUDA "
+            "default device or tensor type): keep the workers on the CPU and move each batch in the main process, or "
+            "start them with DataLoader(..., multiprocessing_context='spawn'); no lesson of the catalog covers this",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }

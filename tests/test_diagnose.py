@@ -368,6 +368,20 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     # NCCL's communicator refused: two ranks on one GPU
     ("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : "
      "rank 0 and rank 1 both on CUDA device 2000", "not_in_catalog", "LOCAL_RANK"),
+    # an op without a kernel for the device, in the dispatcher's three wordings (quantized ops run on the CPU)
+    ("NotImplementedError: Could not run 'quantized::embedding_byte' with arguments from the 'CUDA' backend. This "
+     "could be because the operator doesn't exist for this backend", "not_in_catalog", "quantized ops run on the CPU"),
+    ("RuntimeError: Didn't find kernel to dispatch to for operator 'quantized::conv_prepack'. Tried to look up kernel "
+     "for dispatch key 'CUDATensorId'. Registered dispatch keys are:[QuantizedCPUTensorId]", "not_in_catalog",
+     "run the op on the CPU"),
+    ("RuntimeError: No function is registered for schema aten::quantize_per_channel(Tensor self, Tensor scales, Tensor "
+     "zero_points, int axis, ScalarType dtype) -> Tensor on tensor type CUDATensorId; available functions are "
+     "CPUTensorId, VariableTensorId", "not_in_catalog", "run the op on the CPU"),
+    # CUDA touched in a forked DataLoader worker
+    ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
+     "'spawn' start method", "not_in_catalog", "multiprocessing_context='spawn'"),
+    # a CPU-only build asked for a CUDA device by torch.cuda.device (torch/cuda/__init__.py's _exchange_device)
+    ("RuntimeError: PyTorch was compiled without CUDA support", "not_in_catalog", "CPU-only build"),
 ])
 def test_what_the_catalog_does_not_teach_gets_no_lesson(text: str, verdict: str, note: str) -> None:
     """A dtype error, a bug PyTorch fixed, and device errors no scenario teaches get their verdict and no lesson."""
@@ -1094,8 +1108,8 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     floor = {True: (0.63, 0.82), False: (0.59, 0.80)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 37% with the code, 34% without (of the tenth to sixteenth batches' 72, 8 were right on arrival)
-    assert result["rest_right"] >= {True: 0.37, False: 0.34}[with_code], result["misses"]
+    # the rest: 40% with the code, 37% without (of the tenth to sixteenth batches' 72, 8 were right on arrival)
+    assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
     # one lesson named: 114 of 130 right with the code, 88 of 96 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.87, False: 0.90}[with_code], result["misses"]
@@ -1323,3 +1337,18 @@ def test_what_the_fifteenth_batch_showed_unread() -> None:
     assert (given.verdict, given.matches) == ("not_in_catalog", ())
     assert "torch.Generator(device=" in given.note
     assert diagnose.diagnose(text, "torch.set_default_device('cuda')\n").matches[0].slug == "global_default_device"
+
+
+def test_a_quantized_or_sparse_backend_without_a_kernel_is_a_layout_not_a_device() -> None:
+    """The dispatcher's "Could not run" names a backend: an accelerator's is an op without a kernel there; a quantized
+    CPU one (a quantized tensor met a float op, as PyTorch raises it here) is not read as a device's."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated in recent releases, and still raise this
+        quantized = torch.quantize_per_tensor(torch.randn(2, 2), 1.0, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="'QuantizedCPU' backend") as raised:
+        quantized + quantized
+    assert diagnose.read(f"NotImplementedError: {raised.value}").kind != "cpu_only"
