@@ -555,6 +555,8 @@ FACTORIES = {"zeros", "ones", "arange", "rand", "randn", "randint", "empty", "fu
 FACTORY_CALL = r"\b(?:torch|np)\.(?:" + "|".join(sorted(FACTORIES)) + r")\((?![^\n]*device\s*=)"
 # torch's own (numpy has no device; as_tensor keeps the device of a tensor it is given)
 TORCH_FACTORY_CALL = r"\btorch\.(?:" + "|".join(sorted(FACTORIES - {"as_tensor"})) + r")\((?![^\n]*device\s*=)"
+DISTRIBUTION = (r"(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exponential|Poisson|Dirichlet|LogNormal"
+                r"|Cauchy|StudentT|Binomial|MultivariateNormal)")
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -569,10 +571,13 @@ SIGNALS = {
     # tensors land on device 0
     "map_location_cpu": r"(?m)^[^#\n]*\bmap_location\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]"
                         r"|lambda\s+\w+\s*,\s*\w+\s*:\s*\w+\s*[,)]|\{[^}\n]*:\s*['\"]cpu['\"])",
-    "default_device": r"set_default_device\(|set_default_tensor_type\(",
+    # a default device set to an accelerator (not the CPU, not a CPU tensor type), on a line that is no comment
+    "default_device": r"(?m)^[^#\n]*(?:set_default_device\(\s*(?!['\"]cpu['\"]|None\b|torch\.device\(\s*['\"]cpu)"
+                      r"|set_default_tensor_type\([^)\n]*cuda)",
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
-    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\(",
+    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
+                 r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
@@ -581,6 +586,9 @@ SIGNALS = {
     "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)\s*=|\b(?:self|model)\.\w+\.to\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
+    # several processes shown, not only a device index: a process group, a launcher's rank variables, DDP
+    "processes": r"init_process_group\(|LOCAL_RANK|\blocal_rank\b|environ\[\s*['\"]RANK|DistributedDataParallel\(|"
+                 r"\bmp\.spawn\(|multiprocessing\.spawn\(|torchrun",
     # the host runs on CPU by design: a load mapped to the CPU, a device chosen as the CPU
     # the device chosen as the CPU (`device = "cpu"`): a run on the CPU by design
     "cpu_device": r"(?m)^[ \t]*(?:self\.)?device\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]\s*\))\s*$",
@@ -599,13 +607,15 @@ SIGNALS = {
     # lerp's weight a 0-dim tensor made on the CPU: `torch.lerp(a, b, torch.tensor(0.5))`, `a.lerp_(b, weight=...)`
     # pack_padded_sequence's lengths given as a list (`[2, 1]`, `lens.tolist()`), which it turns into a tensor; the ast
     # reads a name bound to one too
-    "lengths_list": r"\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?(?:\[|[\w.]+\.tolist\(\)|list\()",
-    "pack_sequence": r"\bpack_sequence\(",
-    # a Distribution built from Python numbers or from a tensor made without device=: its parameters on the CPU
-    "distribution_cpu": r"(?m)^[^#\n]*\b(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exponential|Poisson"
-                        r"|Dirichlet|LogNormal|Cauchy|StudentT|Binomial|MultivariateNormal)\(\s*(?:loc\s*=\s*|probs\s*="
-                        r"\s*|logits\s*=\s*)?(?:-?\d[\d.]*\s*[,)]|torch\.(?:tensor|zeros|ones|Tensor|FloatTensor|eye)"
-                        r"\((?![^\n]*device\s*=))",
+    "lengths_list": r"(?m)^[^#\n]*\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?"
+                    r"(?:\[|[\w.]+\.tolist\(\)|list\()",
+    "pack_sequence": r"(?m)^[^#\n]*\bpack_sequence\(",
+    # a Distribution built from a tensor of one or more dimensions made without device=: its parameters on the CPU.
+    # Built from Python numbers (0-dim), they pass as scalars beside device tensors since 1.x; before, they did not
+    "distribution_cpu": r"(?m)^[^#\n]*\b" + DISTRIBUTION + r"\(\s*(?:\w+\s*=\s*)?torch\.(?:zeros|ones|randn|rand|"
+                        r"eye|Tensor|FloatTensor|tensor\(\s*\[)(?![^\n]*device\s*=)",
+    "distribution_scalar": r"(?m)^[^#\n]*\b" + DISTRIBUTION + r"\(\s*(?:\w+\s*=\s*)?(?:-?\d[\d.]*\s*[,)]"
+                           r"|torch\.tensor\(\s*-?\d)",
     "lerp_cpu_scalar": r"(?m)^[^#\n]*?\blerp_?\([^\n]{0,300}?,\s*(?:weight\s*=\s*)?"
                        r"torch\.tensor\(\s*-?[\d.]+(?:e-?\d+)?\s*\)\s*\)",
 }
@@ -623,6 +633,8 @@ def read_code(code: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
         parsed = None
     found += parsed if parsed is not None else _text_signals(code)
+    if "cpu_device" in found and re.search(r"cuda|is_available\(|['\"](?:mps|xpu)", code):
+        found.remove("cpu_device")  # the CPU is the fallback of a choice (`if torch.cuda.is_available(): ...`)
     if "tokenizer" in found:  # its outputs moved whole, or not
         found.append("tokenizer_moved" if _tokenizer_outputs_moved(code) else "tokenizer_not_moved")
     # a layer called out of a dict by a tuple key (`self.convs[("upconv", i, 0)](x)`, not `self.blocks[(i - 1)](x)`):
@@ -869,6 +881,8 @@ def _text_signals(code: str) -> list[str]:
 # torch.distributions decides only where the code shows the parameters made on the CPU: its op meets the parameters
 # and the value alike (`value - self.loc`), and a value left on the CPU is a batch never moved
 DECISIVE = {"torchscript": None, "distributions": "distribution_cpu"}
+# the wordings of releases (0.x) whose CUDA kernels refused a 0-dim CPU tensor, which later ones read as a scalar
+SCALARS_REFUSED = ("legacy_type", "invalid_combination", "th_expected_tensor")
 # a Distribution has no .to(): its parameters stay where they were made (0-dim CPU ones pass as scalars since 1.x)
 DECISIVE_NOTES = {"distributions": ": a Distribution keeps its parameters where they were made and has no .to(), so "
                                    "parameters made on the CPU meet a value on the device; build it from tensors on "
@@ -1033,7 +1047,7 @@ ELSEWHERE = (
     # a GPU that takes one process (exclusive-process compute mode) refuses the second: where several ranks run,
     # every rank touching GPU 0 is two lessons' case; elsewhere another process, the driver or a container is
     Elsewhere("devices_busy", ("ddp_rank_map_location", "index_less_device"),
-              ("ranks", "ddp", "collective", "rank_log"),
+              ("processes", "ddp", "collective", "rank_log"),
               "CUDA would not give this process the GPU: most often its compute mode is Exclusive_Process and "
               "another process holds it (`nvidia-smi --query-gpu=compute_mode --format=csv`; nvidia-smi lists the "
               "processes), or the driver or a container does not give it to PyTorch; no lesson of the catalog covers "
@@ -1070,17 +1084,17 @@ def read(text: str, code: str = "") -> Facts:
         + (("rank_log",) if re.search(r"(?m)^\s*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
+    # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
+    # spoil the parse of the code
+    signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text)) + _raised(text)))
     kind = template.kind if template else None
-    if template is not None and template.name == "invalid_ordinal" and "serialization" in frames:
-        kind = "deserialize_index"  # an old torch.load restored with .cuda(N) unchecked: a saved index the host lacks
+    if template is not None and template.name == "invalid_ordinal" and "serialization" in frames \
+            and "map_location_device" not in signals:
+        # an old torch.load restored with .cuda(N) unchecked: a saved index the host lacks (not one it was mapped to)
+        kind = "deserialize_index"
     return Facts(template=template.name if template else None, kind=kind,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
-                 frames=frames,
-                 side=_side(template, groups), site=raise_site(text),
-                 # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut
-                 # mid-call does not spoil the parse of the code
-                 code=tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
-                                          + _raised(text))),
+                 frames=frames, side=_side(template, groups), site=raise_site(text), code=signals,
                  torch_version=version)
 
 
@@ -1240,8 +1254,9 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
-    "device_name": "a device was named by a string PyTorch has no device for ('gpu' is none: write 'cuda', 'cuda:0', "
-                   "'mps' or 'cpu'), in a map_location or a torch.device; no lesson of the catalog covers this",
+    "device_name": "'{name}' is no device of this PyTorch, in a map_location or a torch.device: a name PyTorch never "
+                   "had ('gpu' is none: write 'cuda', 'cuda:0', 'mps' or 'cpu'), or a backend whose package was not "
+                   "imported (torch_npu registers 'npu'); no lesson of the catalog covers this",
     "generator": "a random op drew on one device with a generator of another: a generator serves only its own "
                  "device's draws. Make it there (`torch.Generator(device=...)`), or draw on the generator's device "
                  "and move the result; no lesson of the catalog covers this",
@@ -1256,8 +1271,9 @@ NOT_TAUGHT = {
     "illegal": "a CUDA kernel read memory it may not. It is a device error where the kernel does not check its "
                "inputs' devices (a CUDA extension's, apex's fused optimizers) and is given a tensor on the CPU or on "
                "another GPU than the current one, which it launches on; otherwise the kernel's own bug. Rerun with "
-               "CUDA_LAUNCH_BLOCKING=1 for the op, then print its inputs' devices and torch.cuda.current_device(); "
-               "no lesson of the catalog covers this",
+               "CUDA_LAUNCH_BLOCKING=1 for the op, then print its inputs' devices and torch.cuda.current_device(). "
+               "No lesson of the catalog teaches this message; where a fused optimizer of its own (apex's) meets it "
+               "after load_state_dict, param_group_tensor shows how an optimizer's tensor stays on the CPU",
     "build": "this build has no kernels for this GPU's architecture (a PyTorch build older than the card, or a card "
              "older than the build supports; or a CUDA extension compiled without the card's architecture, "
              "TORCH_CUDA_ARCH_LIST): compare torch.cuda.get_arch_list() with torch.cuda.get_device_capability() "
@@ -1327,8 +1343,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
+    # a Distribution's 0-dim CPU parameters decide only in a message of a release that refused them
+    old_scalars = facts.template in SCALARS_REFUSED and "distribution_scalar" in facts.code
     unclaimed = [frame for frame in facts.frames if frame in DECISIVE and frame not in claimed
-                 and DECISIVE[frame] in (None, *facts.code)]
+                 and (DECISIVE[frame] in (None, *facts.code) or (frame == "distributions" and old_scalars))]
     if unclaimed:
         return Diagnosis(facts, "not_in_catalog", note=f"the error is raised inside {unclaimed[0]}, which no scenario "
                          "of the catalog teaches" + DECISIVE_NOTES.get(unclaimed[0], ""))
@@ -1338,8 +1356,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if "constant_raised" in facts.code:  # the operand that raised is a constant the trace recorded, on its device
         matches.sort(key=lambda m: m.slug != "traced_device_constant")
     if not matches or (facts.kind is not None and matches[0].score < WEIGHTS["kind"]):
+        named = re.search(r"device string: (\w+)|tagged with (\w+)", facts.message)
         return Diagnosis(facts, "not_in_catalog", note=NOT_TAUGHT.get(facts.kind or "", "a device error the catalog "
-                         "does not teach; the facts above are what it shows"))
+                         "does not teach; the facts above are what it shows").replace(
+                             "{name}", next((g for g in named.groups() if g), "") if named else ""))
     if facts.kind is None and matches[0].score < FOUND:
         return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
                          "alone suggests the scenarios below")
@@ -1362,10 +1382,13 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an
     # offloaded encoder's device read. Only the traceback's frames or the code show the case.
     # and a lesson the code speaks against (its fix shown) is never named alone
-    if len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
-                         or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug))
-                         or set(registry.get(top[0].slug).clues.against) & set(facts.code)):
+    against = set(registry.get(top[0].slug).clues.against) & set(facts.code)
+    if against or (len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
+                                     or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug)))):
         scenario = registry.get(top[0].slug)
+        if against and len(top) == 1:
+            return Diagnosis(facts, "ambiguous", top, note="only this scenario fits the message, and the code speaks "
+                             f"against it; what would confirm it: {scenario.clues.question}")
         more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
                                                          "frame that raises tells most of them apart")
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "

@@ -1292,10 +1292,12 @@ def test_what_an_independent_review_found_named_with_confidence(text: str, code:
 
 
 def test_signals_the_review_found_too_broad() -> None:
-    """A bare `from torch.export import` is no export of the model's; a commented-out tuple key and a parenthesized
-    index (`self.blocks[(i - 1)](x)`) are no plain dict of layers; a model moved on its load line is no tokenizer
-    output moved; an exported program's module moved at once is a model moved."""
-    assert "jit_trace" not in diagnose.read_code("from torch.export import export\nep = export(model, (x,))\n")
+    """An import of torch.export is no export of the model's, its call is (the documented `export(model, args)`); a
+    commented-out tuple key and a parenthesized index (`self.blocks[(i - 1)](x)`) are no plain dict of layers; a
+    model moved on its load line is no tokenizer output moved; an exported program's module moved at once is a model
+    moved."""
+    assert "jit_trace" not in diagnose.read_code("from torch.export import export\nmodel = Net()\n")
+    assert "jit_trace" in diagnose.read_code("from torch.export import export\nep = export(model, (x,))\n")
     assert "plain_list_layers" not in diagnose.read_code(
         "def forward(self, x):\n    # x = self.convs[('upconv', i, 0)](x)\n    x = self.blocks[(i - 1)](x)\n")
     assert "plain_list_layers" in diagnose.read_code("def forward(self, x):\n    x = self.convs[('upconv', i, 0)](x)\n")
@@ -1352,3 +1354,81 @@ def test_a_quantized_or_sparse_backend_without_a_kernel_is_a_layout_not_a_device
     with pytest.raises(NotImplementedError, match="'QuantizedCPU' backend") as raised:
         quantized + quantized
     assert diagnose.read(f"NotImplementedError: {raised.value}").kind != "cpu_only"
+
+
+BUSY_SCRIPT = "dev_2 = torch.device('cuda:1')\nprint(torch.rand(3, 3).cuda())\n"
+CHOICE = ('if torch.cuda.is_available():\n    device = torch.device("cuda")\nelse:\n    device = torch.device("cpu")\n'
+          "model = Net()\nfor images, targets in loader:\n    images = images.to(device)\n    out = model(images)\n")
+
+
+@pytest.mark.parametrize(("text", "code", "verdict", "first"), [
+    # a CPU fallback of a device choice is no run on the CPU by design: the model never moved is
+    ("RuntimeError: input must be a CUDA tensor", CHOICE, "scenario", "model_not_moved"),
+    (DDP_PARAMS % "device(type='cpu')", CHOICE.replace("model = Net()", "model = DDP(Net(), device_ids=[0])"),
+     "scenario", "model_not_moved"),
+    # a busy GPU with a device index in the code but one process: no rank ran
+    (BUSY, BUSY_SCRIPT, "not_in_catalog", "index_less_device"),
+    (BUSY, "torch.cuda.set_device(0)\nmodel = Net().cuda()\n", "not_in_catalog", "index_less_device"),
+    # a prior of 0-dim parameters (Python numbers pass as scalars since 1.x) beside a value from a buffer: candidates
+    ('  File "/env/lib/python3.11/site-packages/torch/distributions/normal.py", line 98, in log_prob\n'
+     "    -((value - self.loc) ** 2) / (2 * var)\n" + TWO_DEVICES,
+     "prior = Normal(0, 1)\nmu, std = policy(obs.cuda())\ndist = Normal(mu, std)\nlogp = dist.log_prob(batch['a'])\n",
+     "ambiguous", None),
+    # a CPU default tensor type, or a commented-out default device: the lengths are the user's, by design
+    (LENGTHS, "torch.set_default_tensor_type(torch.DoubleTensor)\nlens = lengths.to(device)\n"
+     "packed = pack_padded_sequence(emb, lens)\n", "not_in_catalog", "global_default_device"),
+    (LENGTHS, "# torch.set_default_device('cuda')\npacked = pack_padded_sequence(emb, lens.cuda())\n", "not_in_catalog",
+     "global_default_device"),
+    # commented-out calls are no code: not a list of lengths, not pack_sequence
+    (LENGTHS, "# packed = pack_padded_sequence(x, [2, 1])\npacked = pack_padded_sequence(x, lengths)\n",
+     "not_in_catalog", "global_default_device"),
+    (LENGTHS, "# packed = pack_sequence(seqs)\nlens = torch.tensor(lens).cuda()\npacked = pack_padded_sequence(p, lens)\n",
+     "not_in_catalog", "global_default_device"),
+    # the only lesson that fits, spoken against by the code (the draw's device written in its call): not named alone
+    ("RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'",
+     "torch.set_default_device('cuda')\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n"
+     "noise = torch.randn((1, 4), generator=g, device=device)\n", "ambiguous", "global_default_device"),
+])
+def test_what_a_fourth_review_found(text: str, code: str, verdict: str, first: str | None) -> None:
+    """Inputs a fourth review found answered wrong: each as its mechanism says."""
+    result = diagnose.diagnose(text, code)
+    assert result.verdict == verdict, (result.note, [m.slug for m in result.matches])
+    if first is not None:
+        assert result.matches[0].slug == first
+    if verdict == "ambiguous" and "normal.py" in text:
+        assert "batch_not_moved" in [m.slug for m in result.matches]
+
+
+def test_a_device_name_no_backend_has_is_told_by_its_name() -> None:
+    """'gpu' is a name PyTorch never had; 'npu' is a backend whose package was not imported: the note says the name."""
+    template = ("RuntimeError: Expected one of cpu, cuda, ipu, xpu, mkldnn, opengl, opencl, ideep, hip, ve, fpga, maia, "
+                "xla, lazy, vulkan, mps, meta, hpu, mtia, privateuseone device type at start of device string: %s")
+    npu = diagnose.diagnose(template % "npu")
+    assert npu.verdict == "not_in_catalog"
+    assert npu.note.startswith("'npu' is no device")
+    assert "torch_npu" in npu.note
+
+
+def test_rules_a_review_found_unguarded() -> None:
+    """A fragment that does not parse still shows a list of lengths (the text rule); a traceback through torch's own
+    pack_sequence frame names the default device's lesson and keeps the list rule off; xformers' wording is why the
+    worker's lesson comes first; device 0's memory wording stops at a sentence's end either way; torch.load's
+    map_location message stops at the next frame."""
+    fragment = "for x in xs:\n    packed = pack_padded_sequence(x, [2, 1]\n"  # cut mid-call
+    assert "lengths_list" in diagnose.read_code(fragment)
+    assert diagnose.diagnose(LENGTHS, fragment).verdict == "fixed_upstream"
+    through = ('  File "/env/lib/python3.8/site-packages/torch/nn/utils/rnn.py", line 484, in pack_sequence\n'
+               "    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)\n"
+               '  File "/env/lib/python3.8/site-packages/torch/nn/utils/rnn.py", line 264, in pack_padded_sequence\n'
+               "    _VF._pack_padded_sequence(input, lengths, batch_first)\n" + LENGTHS)
+    result = diagnose.diagnose(through, "packed = pack_padded_sequence(x, [2, 1])\n")
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "global_default_device")
+    bias = ("ValueError: Attention bias and Query/Key/Value should be on the same device\n  query.device: cuda:7\n"
+            "  attn_bias   : cuda:0")
+    assert any("xformers" in why for why in diagnose.diagnose(bias).matches[0].why)
+    assert diagnose.read("RuntimeError: out of memory! Expected all tensors on cuda:0 and cpu").template != "device0_memory"
+    lambda_frame = ('  File "/env/lib/python3.6/site-packages/torch/serialization.py", line 88, in default_restore_location\n'
+                    "    result = map_location(storage, location)\n"
+                    '  File "train.py", line 40, in <lambda>\n    ckpt = torch.load(p, map_location=lambda s, l: s.cuda(dev()))\n'
+                    "TypeError: 'int' object is not callable")
+    assert diagnose.read(lambda_frame).template != "map_location_not_callable"
