@@ -1102,15 +1102,15 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 332 covered reports, sixteen batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 354 covered reports, seventeen batches; six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.63, 0.82), False: (0.59, 0.80)}[with_code]
+    floor = {True: (0.63, 0.82), False: (0.59, 0.79)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 40% with the code, 37% without (of the tenth to sixteenth batches' 72, 8 were right on arrival)
-    assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
-    # one lesson named: 114 of 130 right with the code, 88 of 96 without (on the first four batches it was 23 of 49
+    # the rest: 38% with the code, 36% without (of the tenth to seventeenth batches' 84, 10 were right on arrival)
+    assert result["rest_right"] >= {True: 0.37, False: 0.35}[with_code], result["misses"]
+    # one lesson named: 121 of 141 right with the code, 92 of 101 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.87, False: 0.90}[with_code], result["misses"]
 
