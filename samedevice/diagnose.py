@@ -59,8 +59,12 @@ TEMPLATES = (
     # a location tag this PyTorch has no restore function for: a device its build or version lacks (an mps:0 or a
     # backend's checkpoint on an older or other build), torch/serialization.py's default_restore_location
     # a device named by a string no PyTorch has ('gpu'): a map_location or a torch.device written wrong
-    _t("device_name", "device_name", r"don't know how to restore data location of [\w.]+ \(tagged with gpu(?::?\d+)?\)"
-       r"|device type at start of device string: (?P<name>\w+)", "a device string PyTorch has no device for"),
+    # (or a bare index, `map_location=0` kept as the tag '0', where 'cuda:0' was meant)
+    _t("device_name", "device_name", r"don't know how to restore data location of [\w.]+ \(tagged with (?:gpu(?::?\d+)?"
+       r"|\d+)\)|device type at start of device string: (?P<name>\w+)", "a device string PyTorch has no device for"),
+    # a typed constructor (torch.LongTensor, torch.FloatTensor) makes CPU tensors only (torch/csrc/utils/tensor_new.cpp)
+    _t("legacy_constructor", "legacy_constructor", r"legacy constructor expects device type: (?P<b>\w+) but device "
+       r"type: (?P<a>\w+) was passed", "a typed constructor (torch.LongTensor) given a device"),
     # a build without the backend a storage is restored to (2.x's UntypedStorage: a checkpoint from a Mac on Linux)
     _t("storage_device", "deserialize", r"Storage device not recognized: (?P<a>\w+)",
        "torch.load met a device this build does not have"),
@@ -1255,8 +1259,11 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
     "device_name": "'{name}' is no device of this PyTorch, in a map_location or a torch.device: a name PyTorch never "
-                   "had ('gpu' is none: write 'cuda', 'cuda:0', 'mps' or 'cpu'), or a backend whose package was not "
-                   "imported (torch_npu registers 'npu'); no lesson of the catalog covers this",
+                   "had ('gpu' is none, nor a bare index: write 'cuda', 'cuda:0', 'mps' or 'cpu'), or a backend whose "
+                   "package was not imported (torch_npu registers 'npu'); no lesson of the catalog covers this",
+    "legacy_constructor": "a typed constructor (torch.LongTensor, torch.FloatTensor) makes CPU tensors only: write "
+                          "`torch.tensor(data, dtype=torch.long, device=device)` (or torch.empty(..., device=device)); "
+                          "no lesson of the catalog covers this",
     "generator": "a random op drew on one device with a generator of another: a generator serves only its own "
                  "device's draws. Make it there (`torch.Generator(device=...)`), or draw on the generator's device "
                  "and move the result; no lesson of the catalog covers this",
