@@ -275,6 +275,11 @@ TEMPLATES = (
     # cudaErrorIllegalAddress: a kernel read memory it may not. Last, as the assert: a log's device check comes first
     _t("illegal_access", "illegal", r"an illegal memory access was encountered",
        "a CUDA kernel read memory it may not"),
+    # a sparse tensor's constructor check (aten/src/ATen/native/sparse/SparseTensor.cpp, SparseCsrTensor.cpp): COO
+    # prints get_device() (a CUDA index, -1 for the CPU), the compressed layouts print the devices (`=cpu`)
+    _t("sparse_devices", "sparse", r"device of (?:indices|crow_indices|compressed_indices|pointers) \(=?(?P<a>"
+       + DEVICE + r"|-?\d+)\) must match device of values \(=?(?P<b>" + DEVICE + r"|-?\d+)\)",
+       "a sparse tensor given its indices and its values on two devices"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 # an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
@@ -399,6 +404,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = ["mps", "cpu"]  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
+    if template.name == "sparse_devices":  # COO's get_device(): a CUDA index, or -1 for the CPU
+        names = [("cpu" if n == "-1" else f"cuda:{n}") if re.fullmatch(r"-?\d+", n) else n for n in names]
     if template.name == "legacy_backend":  # SparseCUDA is CUDA's device, a sparse layout: no other device
         names = [re.sub(r"^(?:Sparse|Mkldnn|Quantized)", "", n) for n in names]
     if template.name == "different_gpus":
@@ -418,13 +425,15 @@ FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>]+)'
                    r"(?P<ifunc>\w+\(|<module>|<cell line: \d+>)"
                    r"|File (?P<jpath>[^\s\",]+\.py):\d+, in (?P<jfunc>[\w.<>]+)"
                    r"|(?P<cell>Cell In\[\d+\]), line \d+, in (?P<cfunc>[\w.<>]+)"
-                   r"|(?<!\S)(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)")
+                   r"|(?<!\S)(?P<ppath>\S+\.py):\d+: in (?P<pfunc>\w+)"
+                   # a frame whose `File "` the paste cut off: `[...]/site-packages/lib/m.py", line 457, in f`
+                   r'|(?<!\S)(?P<tpath>[^\s"]+\.py)", line \d+, in (?P<tfunc>[\w<>]+)')
 
 
 def _frame(match: re.Match[str]) -> tuple[str, str]:
     """A frame line's file (with `/` separators) and function."""
-    path = next((match.group(g) for g in ("path", "ipath", "jpath", "cell", "ppath") if match.group(g)), "")
-    func = next((match.group(g) for g in ("func", "ifunc", "jfunc", "cfunc", "pfunc") if match.group(g)), "")
+    path = next((match.group(g) for g in ("path", "ipath", "jpath", "cell", "ppath", "tpath") if match.group(g)), "")
+    func = next((match.group(g) for g in ("func", "ifunc", "jfunc", "cfunc", "pfunc", "tfunc") if match.group(g)), "")
     return path.replace("\\", "/"), func.rstrip("(").split(".")[-1]  # IPython 8 qualifies it: Net.forward
 # frame kind -> (path regex, function regex or None), each a place a scenario's error is raised from
 FRAMES = {
@@ -985,6 +994,12 @@ UPSTREAM = (
              "before 2.1, torch.load's restore function for MPS took the tag `mps` but not `mps:0`, which a tensor "
              "moved with .to('mps') is saved with (pytorch/pytorch#98834); 2.1.0 takes both. On an older release, "
              "load with map_location='cpu' and move the model to mps", message=r"tagged with mps:\d+\)"),
+    # sparse_coo_tensor built its indices on the current device before 1.7 (pytorch/pytorch#40648 takes the values')
+    Upstream("sparse", "sparse_devices", "1.0.0", "1.7.0",
+             "before 1.7, torch.sparse_coo_tensor made its indices on the current device, not the values' device "
+             "(pytorch/pytorch#28500), so values on cuda:1 were refused with the indices there too; 1.7.0 uses the "
+             "values' device (pytorch/pytorch#40648). On an older release, give the constructor its device "
+             "(`device=values.device`), which the bug needed left out", shown=True),
     # CUDA's lerp read its weight as a device tensor; other ops take a 0-dim CPU tensor as a scalar
     Upstream("mismatch", "codegen", "1.1.0", "2.6.0",
              "CUDA's torch.lerp refused a 0-dim CPU tensor as its weight, which other ops take as a scalar "
@@ -1289,6 +1304,11 @@ NOT_TAUGHT = {
                "than GPUs, or a global rank used as a local index (`torch.cuda.set_device(rank)` on a second "
                "machine). Use LOCAL_RANK, and as many processes per node as it has GPUs; no lesson of the catalog "
                "covers this",
+    "sparse": "a sparse tensor's indices and values are on two devices: make them on one device before the "
+              "constructor (`torch.sparse_coo_tensor(indices.to(values.device), values, size)`). Before PyTorch 1.7, "
+              "torch.sparse_coo_tensor made its indices on the current device, not the values' (pytorch/pytorch"
+              "#28500, fixed by #40648), so values on cuda:1 were refused even with the indices there too: on an "
+              "older release, pass `device=values.device`; no lesson of the catalog covers this",
     "map_location": "torch.load calls map_location for each storage unless it is a string ('cpu', 'cuda:0'), a "
                     "torch.device (since 0.4.1), or a dict of location tags: pass one of those, not a list or a "
                     "number; no lesson of the catalog covers this",

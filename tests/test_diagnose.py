@@ -400,6 +400,10 @@ LERP = "import torch\ntorch.lerp(torch.randn(10).cuda(), torch.randn(10).cuda(),
 TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 LENGTHS = "RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor"
 PACK_LIST = "lens = [len(s) for s in seqs]\npacked = pack_padded_sequence(padded, lens, enforce_sorted=False)\n"
+SPARSE = "RuntimeError: device of indices (0) must match device of values (5)"
+SPARSE_CODE = ('device = torch.device("cuda:5" if torch.cuda.is_available() else "cpu")\n'
+               "index = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]]).to(device)\n"
+               "data = torch.tensor([3, 2, 2, 2]).to(device)\nprint(torch.sparse_coo_tensor(index, data))\n")
 
 
 @pytest.mark.parametrize(("text", "code", "fixed_in"), [
@@ -415,6 +419,8 @@ PACK_LIST = "lens = [len(s) for s in seqs]\npacked = pack_padded_sequence(padded
      "2.1.0"),
     ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1",
      "ckpt = torch.load(path, map_location='cpu')\noptimizer.load_state_dict(ckpt['optimizer'])\n", "2.1.0"),
+    # sparse_coo_tensor made its indices on the current device before 1.7 (a report's, pytorch/pytorch#33814)
+    (SPARSE + "\n - PyTorch Version: 1.4.0", SPARSE_CODE, "1.7.0"),
     # pack_padded_sequence given its lengths as a list, which it made on the CUDA default device before 2.1
     (LENGTHS, PACK_LIST, "2.1.0"),
     (LENGTHS, "x = pack_padded_sequence(emb, [2, 1], batch_first=True)\n", "2.1.0"),
@@ -477,6 +483,11 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
      "not_in_catalog"),
     (LENGTHS, PACK_LIST.replace("\npacked", "\nlens = torch.tensor(lens).cuda()\npacked"), "not_in_catalog"),
     (LENGTHS + "\ntorch==2.1.2", PACK_LIST, "not_in_catalog"),
+    # a sparse tensor's indices and values on two devices without an old release shown, or with a later one: the
+    # user's own two devices, which no lesson teaches (the note names the old bug for an older release)
+    (SPARSE, SPARSE_CODE, "not_in_catalog"),
+    (SPARSE + "\ntorch==1.7.1", SPARSE_CODE, "not_in_catalog"),
+    ("RuntimeError: device of compressed_indices (=cpu) must match device of values (=cuda:0)", "", "not_in_catalog"),
     (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "not_in_catalog"),
 ])
 def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
@@ -1000,6 +1011,18 @@ Cell In[2], line 9, in Net.forward(self, x)
 ----> 9     return self.fc(x) * self.scale
 
 RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
+
+
+def test_a_frame_whose_file_prefix_was_cut_is_read() -> None:
+    """A paste that starts mid-frame (`[...]/site-packages/lib/m.py", line 457, in f`, its `File "` cut off) still
+    shows the frame and the line that raised under it; Python 3.11's carets under that line are not the line."""
+    text = ('[...]/python3.12/site-packages/lib/modules.py", line 457, in forward_kernel\n    P = P + self.lim // 2\n'
+            f"        ~~^~~~~~~~~~~~~~~\n{MISMATCH}")
+    assert diagnose.raising_line(text) == "P = P + self.lim // 2"
+    result = diagnose.diagnose(text)
+    assert "attribute_raised" in result.facts.code
+    assert result.matches[0].slug == "plain_tensor_attribute"
+    assert diagnose.raising_line(text.replace('modules.py", line 457', "modules.py line 457")) == ""
 
 
 def test_ipython_frames_are_read() -> None:
