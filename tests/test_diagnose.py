@@ -1106,17 +1106,19 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     result: dict[str, Any] = evaluate(REPORTS, with_code)
     # 55 covered reports. A bare message's first candidate is factory_in_forward, the commonest cause of it over the
     # 70 and the held-out reports (20 of 72 against batch_not_moved's 15): the 70 lose one report by it (two bare
-    # batches, against one bare factory), the held-out ones gain ten with the code and nineteen without
-    floor = {True: (0.81, 0.96), False: (0.74, 0.89)}[with_code]
+    # batches, against one bare factory), the held-out ones gain ten with the code and nineteen without. The label
+    # audit (tests/data/README.md) moved three of the rest into lessons and three lessons out to the rest
+    floor = {True: (0.81, 0.98), False: (0.76, 0.92)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     # the rest (reports the catalog does not teach) is 15 now: the two checkpoints from a device index the host
-    # lacks are the cuda_checkpoint_on_cpu_host page's second message, labelled so. Four of the rest are the bare
+    # lacks are the cuda_checkpoint_on_cpu_host page's second message, labelled so. Three of the rest are the bare
     # checkpoint message on a GPU host PyTorch cannot see: the lesson comes first for it (17 of its 21 reports
     # are a host without the GPU), the unseen GPU after it, so they are answered wrong
     assert result["rest_right"] >= 0.53
-    # a verdict that names one lesson is right this often (the rest are candidates): 20 of 24, 13 of 17
-    assert result["confident_right"] >= {True: 0.82, False: 0.75}[with_code], result["misses"]
+    # a verdict that names one lesson is right this often (the rest are candidates): 19 of 24, 13 of 17 (20 of 24
+    # before the audit: two EMA bugs of a library's own and a forced `capturable=True` are labelled no lesson now)
+    assert result["confident_right"] >= {True: 0.79, False: 0.76}[with_code], result["misses"]
 
 
 @pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
@@ -1125,17 +1127,17 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 354 covered reports, seventeen batches; six that were "not in the catalog" name the mechanism of a scenario that
+    # 367 covered reports, seventeen batches (354 before the label audit); six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.63, 0.82), False: (0.59, 0.79)}[with_code]
+    floor = {True: (0.64, 0.84), False: (0.60, 0.81)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 40% with the code, 37% without (of the tenth to seventeenth batches' 84, 10 were right on arrival)
-    assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
-    # one lesson named: 121 of 140 right with the code, 92 of 100 without (on the first four batches it was 23 of 49
+    # the rest: 60 of 138 with the code, 56 without (of the tenth to seventeenth batches' 84, 10 were right on arrival)
+    assert result["rest_right"] >= {True: 0.43, False: 0.40}[with_code], result["misses"]
+    # one lesson named: 124 of 141 right with the code, 94 of 101 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.85, False: 0.90}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.87, False: 0.93}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
