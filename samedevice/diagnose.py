@@ -753,6 +753,18 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
+    # the moved model called on inputs moved in the call (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`): both are on
+    # the device, so the tensor on the CPU is one the model makes or keeps out of `.to`'s reach, not the batch
+    moved = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and n.value in calls and n.value.lineno in moves
+             for t in n.targets if isinstance(t, ast.Name)} | {
+        n.func.value.id for n in calls if n.lineno in moves and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)}
+    # every call of it so (a call on an input left as it is, `model(x)`, is the batch's case)
+    given = [[a for a in n.args if not isinstance(a, ast.Constant)] for n in calls
+             if isinstance(n.func, ast.Name) and n.func.id in moved]
+    if given and all(args and all(isinstance(a, ast.Call) and _call_name(a).split(".")[-1] in ("to", "cuda")
+                                  and _to_a_device(a) for a in args) for args in given):
+        found.append("called_on_device")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     # inputs moved to the device (or made there) and a model in the code (one called, built or loaded) that never is
@@ -1247,6 +1259,7 @@ CODE_WHY = {
     "plain_list_layers": "layers are kept in a plain list or dict", "tokenizer": "a tokenizer's output",
     "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
     "model is not", "model_moved": "the model is moved to the device",
+    "called_on_device": "the moved model is called on inputs moved in the call",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
     "factory_no_device": "the lines pasted make a tensor without device= and move nothing",

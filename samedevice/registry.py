@@ -216,7 +216,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              "both seeds", _accelerators("mismatch"),
              clues=Clues(sides=("input",), frames=("layer", "embedding"), arguments=("mat1", "mat2", "input"),
                    ops=("addmm", "mm", "conv"),
-                   code=("batch_loop",), prior=0.7, confirm="audit.misplaced(device, batch=batch) names each key",
+                   code=("batch_loop",), against=("called_on_device",), prior=0.7,
+                   confirm="audit.misplaced(device, batch=batch) names each key",
                    question=FORWARD_QUESTION)),
     Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",
              "000 seed (root cause 1), user reports", _accelerators("mismatch"),
@@ -235,18 +236,20 @@ SCENARIOS: tuple[Scenario, ...] = (
                          # the commonest cause of a bare "found at least two devices" in public reports (20 of the
                          # 72 bare ones of the 70 and the held out, batch_not_moved 15), most of them a library's
                          # own forward: the first candidate of a bare message
-                         code=("factory_in_forward", "factory_raised", "factory_no_device"), prior=0.8,
+                         code=("factory_in_forward", "factory_raised", "factory_no_device", "called_on_device"),
+                         prior=0.8,
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
              "user reports", _accelerators("mismatch", cpu="silent"),
              clues=Clues(templates=("input_weight",), sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"),
-                   ops=("addmm", "mm", "conv"), code=("plain_list_layers",),
+                   ops=("addmm", "mm", "conv"), code=("plain_list_layers", "called_on_device"),
                    prior=0.2, confirm="audit.structure(model=model) names the stranded layers",
                    question=FORWARD_QUESTION)),
     Scenario("plain_tensor_attribute", "A model's constant tensor kept as a plain attribute: model.to(device) "
              "skips it", "user reports", _accelerators("mismatch"),
-             clues=Clues(frames=("user_forward",), code=("plain_tensor_attr", "attribute_raised"), prior=0.3,
+             clues=Clues(frames=("user_forward",), code=("plain_tensor_attr", "attribute_raised", "called_on_device"),
+                         prior=0.3,
                          confirm="audit.misplaced(device, model=model) names the attribute (kind 'attribute')",
                          question="does the model keep a tensor as a plain attribute (self.x = torch.… in __init__), "
                          "not registered as a buffer?")),

@@ -1013,6 +1013,20 @@ Cell In[2], line 9, in Net.forward(self, x)
 RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"""
 
 
+def test_a_moved_model_called_on_inputs_moved_in_the_call_points_inside_the_model() -> None:
+    """`m = Net().cuda()` then `m(x.cuda())`: the model and its input are both on the device, so the CPU tensor is
+    one the model makes (a factory in forward) or keeps out of `.to`'s reach (a plain attribute, a plain list), not
+    the batch. A call on an input left as it is, or moved to the CPU, is the batch's case again."""
+    code = "m = TimeStretch().cuda()\nout = m(torch.randn(1, 201, 400).cuda(), 1.3)\n"
+    result = diagnose.diagnose(MISMATCH, code)
+    assert "called_on_device" in result.facts.code
+    ranked = [m.slug for m in result.matches]
+    assert ranked == ["factory_in_forward", "plain_tensor_attribute", "plain_list_layers"]
+    for other in (code + "out = m(x)\n", code.replace(".cuda(), 1.3", ".to('cpu'), 1.3"),
+                  "model = Net().to(device)\nout = model(batch)\n"):
+        assert "called_on_device" not in diagnose.read(MISMATCH, other).code, other
+
+
 def test_a_frame_whose_file_prefix_was_cut_is_read() -> None:
     """A paste that starts mid-frame (`[...]/site-packages/lib/m.py", line 457, in f`, its `File "` cut off) still
     shows the frame and the line that raised under it; Python 3.11's carets under that line are not the line."""
