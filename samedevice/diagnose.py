@@ -1117,7 +1117,8 @@ def read(text: str, code: str = "") -> Facts:
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
     # spoil the parse of the code
-    signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text)) + _raised(text)))
+    signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
+                                  + _raised(text, template.name if template else None)))
     kind = template.kind if template else None
     if template is not None and template.name == "invalid_ordinal" and "serialization" in frames \
             and "map_location_device" not in signals:
@@ -1159,20 +1160,25 @@ def _fragment(code: str) -> tuple[str, ...]:
     move nothing: the tensor made on the CPU (kept as `self.<name>`, it is a plain attribute's: read_code's)."""
     made = [line for line in code.splitlines() if re.search(TORCH_FACTORY_CALL, line.split("#")[0])
             and not re.match(r"\s*self\.\w+\s*=", line) and "**" not in line]
-    elsewhere = (r"(?m)^[ \t]*(?:def|class)\s|\.(?:to|cuda)\(|set_default_device|with torch\.device\("
+    # a move to or from the device (`.cpu()` too: the lines switch devices) places the tensors itself
+    elsewhere = (r"(?m)^[ \t]*(?:def|class)\s|\.(?:to|cuda|cpu)\(|set_default_device|with torch\.device\("
                  r"|Data(?:set|Loader)\(")
     if made and not re.search(elsewhere, code):
         return ("factory_no_device",)
     return ()
 
 
-def _raised(text: str) -> tuple[str, ...]:
+def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     """What the line that raised shows: a tensor made there without device=, or a tensor attribute of the module
-    read as an operand (`(x - self.mean) / self.std`; not a call of a layer, `self.fc(x)`, nor a method's)."""
+    read as an operand (`(x - self.mean) / self.std`; not a call of a layer, `self.fc(x)`, nor a method's). Where a
+    CPU tensor was indexed by device indices, a local one indexed (`t = t[mask]`) is no attribute's: a tensor made
+    on the CPU or a batch never moved, not a table kept as an attribute."""
     line = raising_line(text)
     frames = [_frame(m) for m in FRAME.finditer(text)]
     if frames and re.search(r"(?:^|/)torch/", frames[-1][0]):
         return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
+    local = template == "indices" and re.search(r"(?<![\w.\])])[A-Za-z_]\w*\s*\[", line) is not None \
+        and re.search(r"\bself\.[\w.]+\s*\[", line) is None
     given = re.search(r"\.(?:to|cuda|type_as)\(|\*\*\w+", line) or line.count("(") > line.count(")")
     found: tuple[str, ...] = ("factory_raised",) if re.search(TORCH_FACTORY_CALL, line) and not given else ()
     # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
@@ -1182,7 +1188,7 @@ def _raised(text: str) -> tuple[str, ...]:
         found += ("attribute_raised",)
     if re.search(r"\bCONSTANTS\.c\d+\b", line):
         found += ("constant_raised",)  # TorchScript's serialized code reading a tensor the trace recorded
-    return found
+    return found + (("local_indexed",) if local else ())
 
 
 def _code_lines(text: str) -> str:
@@ -1260,6 +1266,7 @@ CODE_WHY = {
     "tokenizer_not_moved": "the tokenizer's output is not moved", "model_never_moved": "inputs are moved, the "
     "model is not", "model_moved": "the model is moved to the device",
     "called_on_device": "the moved model is called on inputs moved in the call",
+    "local_indexed": "the line that raised indexes a local tensor, not an attribute",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
     "factory_no_device": "the lines pasted make a tensor without device= and move nothing",

@@ -195,7 +195,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("custom_loss_weight", "A loss weight kept as a plain attribute: criterion.to(device) skips it",
              "000 seed", _accelerators("mismatch"),
              clues=Clues(frames=("loss", "user_forward", "user_loss"),
-                         code=("plain_tensor_attr", "plain_list_layers", "attribute_raised"), prior=0.1,
+                         code=("plain_tensor_attr", "plain_list_layers", "attribute_raised"),
+                         against=("local_indexed",), prior=0.1,
                    confirm=CRITERION_CHECK,
                    question=LOSS_QUESTION)),
     Scenario("tokenizer_outputs", "Tokenizer outputs left on CPU; moving only input_ids is not enough",
@@ -216,7 +217,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "both seeds", _accelerators("mismatch"),
              clues=Clues(sides=("input",), frames=("layer", "embedding"), arguments=("mat1", "mat2", "input"),
                    ops=("addmm", "mm", "conv"),
-                   code=("batch_loop",), against=("called_on_device",), prior=0.7,
+                   code=("batch_loop", "local_indexed"), against=("called_on_device",), prior=0.7,
                    confirm="audit.misplaced(device, batch=batch) names each key",
                    question=FORWARD_QUESTION)),
     Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",
@@ -236,8 +237,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                          # the commonest cause of a bare "found at least two devices" in public reports (20 of the
                          # 72 bare ones of the 70 and the held out, batch_not_moved 15), most of them a library's
                          # own forward: the first candidate of a bare message
-                         code=("factory_in_forward", "factory_raised", "factory_no_device", "called_on_device"),
-                         prior=0.8,
+                         code=("factory_in_forward", "factory_raised", "factory_no_device", "called_on_device",
+                               "local_indexed"), prior=0.8,
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
@@ -249,7 +250,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("plain_tensor_attribute", "A model's constant tensor kept as a plain attribute: model.to(device) "
              "skips it", "user reports", _accelerators("mismatch"),
              clues=Clues(frames=("user_forward",), code=("plain_tensor_attr", "attribute_raised", "called_on_device"),
-                         prior=0.3,
+                         against=("local_indexed",), prior=0.3,
                          confirm="audit.misplaced(device, model=model) names the attribute (kind 'attribute')",
                          question="does the model keep a tensor as a plain attribute (self.x = torch.… in __init__), "
                          "not registered as a buffer?")),
@@ -260,7 +261,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("cpu_lookup_table", "A schedule kept as a plain CPU tensor, indexed by timesteps on the device",
              "user reports", _accelerators("mismatch"),
              clues=Clues(templates=("indices",), frames=("user_forward",), code=("lookup_table", "plain_tensor_attr"),
-                         prior=0.2,
+                         against=("local_indexed",), prior=0.2,
                    confirm="audit.misplaced(device, model=model) names the plain tensor attribute",
                    question="is a plain tensor attribute (a schedule, a table) indexed by device indices?")),
     Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
