@@ -753,17 +753,21 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
-    # the moved model called on inputs moved in the call (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`): both are on
-    # the device, so the tensor on the CPU is one the model makes or keeps out of `.to`'s reach, not the batch
-    moved = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and n.value in calls and n.value.lineno in moves
-             for t in n.targets if isinstance(t, ast.Name)} | {
-        n.func.value.id for n in calls if n.lineno in moves and isinstance(n.func, ast.Attribute)
+    # the moved model called only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; `x` made with
+    # device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s reach
+    moved = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             and _moves_a_model(n.value) for t in n.targets if isinstance(t, ast.Name)} | {
+        n.func.value.id for n in calls if _moves_a_model(n) and isinstance(n.func, ast.Attribute)
         and isinstance(n.func.value, ast.Name)}
+    placed: set[str] = set()
+    for n in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        if _on_device(n.value, placed):
+            placed |= {t.id for t in n.targets if isinstance(t, ast.Name)}
     # every call of it so (a call on an input left as it is, `model(x)`, is the batch's case)
     given = [[a for a in n.args if not isinstance(a, ast.Constant)] for n in calls
-             if isinstance(n.func, ast.Name) and n.func.id in moved]
-    if given and all(args and all(isinstance(a, ast.Call) and _call_name(a).split(".")[-1] in ("to", "cuda")
-                                  and _to_a_device(a) for a in args) for args in given):
+             if (isinstance(n.func, ast.Name) and n.func.id in moved)
+             or (isinstance(n.func, ast.Call) and _moves_a_model(n.func))]
+    if given and all(args and all(_on_device(a, placed) for a in args) for args in given):
         found.append("called_on_device")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
@@ -810,6 +814,18 @@ def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
     exported = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                 and _call_name(n.value).endswith(".module") for t in n.targets if isinstance(t, ast.Name)}
     return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound} | exported
+
+
+def _on_device(node: ast.AST, placed: set[str]) -> bool:
+    """A tensor the code puts on an accelerator: moved there (`x.cuda()`, `x.to(device)`), made there
+    (`torch.rand(3, device="mps")`), or a name bound to one of those."""
+    if isinstance(node, ast.Name):
+        return node.id in placed
+    if not isinstance(node, ast.Call):
+        return False
+    last = _call_name(node).split(".")[-1]
+    return (last in ("to", "cuda") or (last in FACTORIES and any(k.arg == "device" for k in node.keywords))) \
+        and _to_a_device(node)
 
 
 def _to_a_device(call: ast.Call) -> bool:

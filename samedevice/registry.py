@@ -209,7 +209,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("mps_device_pick", "Model placed by a full device picker, batches by 'cuda if available else cpu'",
              "000 seed", _accelerators("mismatch", cuda="none"),
              clues=Clues(sides=("input",), frames=("mps_device", "layer"), arguments=("mat1",), ops=("addmm",),
-                   code=("mps",),
+                   code=("mps",), against=("called_on_device",),
                    prior=0.2,
                    confirm="print the device of the model and of one batch: mps and cpu",
                    question="is the machine a Mac (MPS), with a CUDA-only device picker somewhere?")),
