@@ -204,6 +204,14 @@ TEMPLATES = (
        r"(?P<b>\w+)", "diffusers made latents on the pipeline's device with a generator on another"),
     _t("mps_placeholder", "mismatch", r"Placeholder storage has not been allocated on MPS device",
        "an MPS kernel given a CPU tensor"),
+    # a sparse tensor's constructor checks (aten/src/ATen/native/sparse/SparseTensor.cpp, SparseCsrTensor.cpp): COO
+    # prints get_device() (a CUDA index, -1 for the CPU), the compressed layouts print the devices (`=cpu`) and name
+    # their indices (crow_indices, ccol_indices, col_indices...); 2.x's Python constructor says it without devices.
+    # Before `same_device`, whose wording the last one shares
+    _t("sparse_devices", "sparse", r"device of \w*indices \(=?(?P<a>" + DEVICE + r"|-?\d+)\) must match device of "
+       r"(?:values|\w*indices) \(=?(?P<b>" + DEVICE + r"|-?\d+)\)"
+       r"|Values and (?:\w*indices|compressed (?:sparse )?tensor instance) need to (?:be on|have) the same device",
+       "a sparse tensor given its indices and its values on two devices"),
     # an op's own check naming its two tensors and their devices (stft's input and window, masked_fill's self and
     # mask): "... must be on the same device but got self on cuda:0 and window on cpu"
     # 1.0-1.4's TensorIterator-less binary ops (aten/src/ATen/native/cuda/BinaryOpsKernel.cu's checks)
@@ -275,11 +283,6 @@ TEMPLATES = (
     # cudaErrorIllegalAddress: a kernel read memory it may not. Last, as the assert: a log's device check comes first
     _t("illegal_access", "illegal", r"an illegal memory access was encountered",
        "a CUDA kernel read memory it may not"),
-    # a sparse tensor's constructor check (aten/src/ATen/native/sparse/SparseTensor.cpp, SparseCsrTensor.cpp): COO
-    # prints get_device() (a CUDA index, -1 for the CPU), the compressed layouts print the devices (`=cpu`)
-    _t("sparse_devices", "sparse", r"device of (?:indices|crow_indices|compressed_indices|pointers) \(=?(?P<a>"
-       + DEVICE + r"|-?\d+)\) must match device of values \(=?(?P<b>" + DEVICE + r"|-?\d+)\)",
-       "a sparse tensor given its indices and its values on two devices"),
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 # an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
@@ -753,21 +756,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
-    # the moved model called only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; `x` made with
-    # device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s reach
-    moved = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-             and _moves_a_model(n.value) for t in n.targets if isinstance(t, ast.Name)} | {
-        n.func.value.id for n in calls if _moves_a_model(n) and isinstance(n.func, ast.Attribute)
-        and isinstance(n.func.value, ast.Name)}
-    placed: set[str] = set()
-    for n in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
-        if _on_device(n.value, placed):
-            placed |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-    # every call of it so (a call on an input left as it is, `model(x)`, is the batch's case)
-    given = [[a for a in n.args if not isinstance(a, ast.Constant)] for n in calls
-             if (isinstance(n.func, ast.Name) and n.func.id in moved)
-             or (isinstance(n.func, ast.Call) and _moves_a_model(n.func))]
-    if given and all(args and all(_on_device(a, placed) for a in args) for args in given):
+    if _called_on_device(tree, calls):
         found.append("called_on_device")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
@@ -816,16 +805,86 @@ def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
     return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound} | exported
 
 
+# the calls that run a model on its inputs: `model(x)`, `model.forward(x)`, `model.generate(x)`
+MODEL_RUNS = ("forward", "generate", "predict", "infer", "sample", "__call__")
+
+
+def _called_on_device(tree: ast.AST, calls: list[ast.Call]) -> bool:
+    """The moved model run only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; an input made
+    with device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s
+    reach. Every run counts, in the order of the lines: one before the move, after the model is rebound unmoved, on
+    an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
+    inputs: the labels) is the batch's case again."""
+    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
+    # (line, name, moved or not): each binding of a name, and each statement that moves a model by its name
+    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and _moves_a_model(n.value))
+              for n in assigns for t in n.targets if isinstance(t, ast.Name)]
+    events += [(c.lineno, c.func.value.id, True) for c in calls if _moves_a_model(c)
+               and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
+    models = {name for _, name, moved in events if moved}
+    placed: set[str] = set()  # names bound to a tensor on the device
+    for n in assigns:
+        if _on_device(n.value, placed):
+            placed |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    looped = {id(c) for loop in ast.walk(tree) if isinstance(loop, (ast.For, ast.While)) for c in ast.walk(loop)}
+    runs = 0
+    for call in calls:
+        if isinstance(call.func, ast.Call) and _moves_a_model(call.func):
+            moved = True  # built, moved and run at once: `Net().to(device)(x)`
+        else:
+            name = _run_model_name(call)
+            if name not in models:
+                continue
+            before = [m for line, bound, m in events if bound == name and line < call.lineno]
+            moved = bool(before) and before[-1]
+        runs += 1
+        if not moved or id(call) in looped or not _inputs_on_device(call, placed):
+            return False
+    return runs > 0
+
+
+def _run_model_name(call: ast.Call) -> str | None:
+    """The name of the model a call runs: `model(x)`, `model.forward(x)`, `model.generate(x)`."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute) and call.func.attr in MODEL_RUNS and isinstance(call.func.value, ast.Name):
+        return call.func.value.id
+    return None
+
+
+def _inputs_on_device(call: ast.Call, placed: set[str]) -> bool:
+    """Every input of the call is on the device (constants aside); `*args` and `**batch` are not known to be."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return False
+    given = [a for a in [*call.args, *(k.value for k in call.keywords)] if not isinstance(a, ast.Constant)]
+    return bool(given) and all(_on_device(a, placed) for a in given)
+
+
 def _on_device(node: ast.AST, placed: set[str]) -> bool:
-    """A tensor the code puts on an accelerator: moved there (`x.cuda()`, `x.to(device)`), made there
-    (`torch.rand(3, device="mps")`), or a name bound to one of those."""
+    """A tensor the code puts on an accelerator: moved there (`x.cuda()`, `x.to(device)`, not `x.to(dtype)`), made
+    there (`torch.rand(3, device="mps")`), or a name bound to one of those."""
     if isinstance(node, ast.Name):
         return node.id in placed
     if not isinstance(node, ast.Call):
         return False
     last = _call_name(node).split(".")[-1]
-    return (last in ("to", "cuda") or (last in FACTORIES and any(k.arg == "device" for k in node.keywords))) \
-        and _to_a_device(node)
+    if last == "cuda":
+        return True
+    target = node.args[0] if last == "to" and node.args else next(
+        (k.value for k in node.keywords if k.arg == "device"), None)
+    return (last == "to" or last in FACTORIES) and target is not None and _names_a_device(target)
+
+
+def _names_a_device(node: ast.AST) -> bool:
+    """An expression that reads as an accelerator: 'cuda:1', 'mps', torch.device('cuda'), a name or attribute of a
+    device (`device`, `dev`, `x.device`, `args.device`); not 'cpu', nor a dtype (`weight_dtype`)."""
+    text = ast.unparse(node)
+    if re.search(r"['\"]cpu", text):
+        return False
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and re.fullmatch(r"(?:cuda|mps|xpu|npu|hpu|xla)(?::\d+)?", node.value) \
+            is not None
+    return re.search(r"(?i)(?:^|[._])dev(?:ice)?(?:_\w+)?$|^torch\.device\(", text) is not None
 
 
 def _to_a_device(call: ast.Call) -> bool:
@@ -1022,12 +1081,14 @@ UPSTREAM = (
              "before 2.1, torch.load's restore function for MPS took the tag `mps` but not `mps:0`, which a tensor "
              "moved with .to('mps') is saved with (pytorch/pytorch#98834); 2.1.0 takes both. On an older release, "
              "load with map_location='cpu' and move the model to mps", message=r"tagged with mps:\d+\)"),
-    # sparse_coo_tensor built its indices on the current device before 1.7 (pytorch/pytorch#40648 takes the values')
+    # sparse_coo_tensor built its indices on the current device before 1.7 (#41984, merged July 2020, keeps each
+    # input's device; #40648, which aimed at it, was closed unmerged); indices given as a list kept the bug for a few
+    # releases after (#54075), which this entry leaves out
     Upstream("sparse", "sparse_devices", "1.0.0", "1.7.0",
-             "before 1.7, torch.sparse_coo_tensor made its indices on the current device, not the values' device "
-             "(pytorch/pytorch#28500), so values on cuda:1 were refused with the indices there too; 1.7.0 uses the "
-             "values' device (pytorch/pytorch#40648). On an older release, give the constructor its device "
-             "(`device=values.device`), which the bug needed left out", shown=True),
+             "before 1.7, torch.sparse_coo_tensor without device= made its indices on the current device, not "
+             "their own (pytorch/pytorch#28500), so values on cuda:1 were refused with the indices there too; 1.7.0 "
+             "keeps each input tensor on its own device (pytorch/pytorch#41984). On an older release, give the "
+             "constructor its device (`device=values.device`)", shown=True),
     # CUDA's lerp read its weight as a device tensor; other ops take a 0-dim CPU tensor as a scalar
     Upstream("mismatch", "codegen", "1.1.0", "2.6.0",
              "CUDA's torch.lerp refused a 0-dim CPU tensor as its weight, which other ops take as a scalar "
@@ -1342,9 +1403,10 @@ NOT_TAUGHT = {
                "covers this",
     "sparse": "a sparse tensor's indices and values are on two devices: make them on one device before the "
               "constructor (`torch.sparse_coo_tensor(indices.to(values.device), values, size)`). Before PyTorch 1.7, "
-              "torch.sparse_coo_tensor made its indices on the current device, not the values' (pytorch/pytorch"
-              "#28500, fixed by #40648), so values on cuda:1 were refused even with the indices there too: on an "
-              "older release, pass `device=values.device`; no lesson of the catalog covers this",
+              "torch.sparse_coo_tensor without device= made its indices on the current device (pytorch/pytorch"
+              "#28500, fixed by #41984), so values on cuda:1 were refused even with the indices there too, and "
+              "indices given as a list were for a few releases more (#54075): there, pass `device=values.device`; "
+              "no lesson of the catalog covers this",
     "map_location": "torch.load calls map_location for each storage unless it is a string ('cpu', 'cuda:0'), a "
                     "torch.device (since 0.4.1), or a dict of location tags: pass one of those, not a list or a "
                     "number; no lesson of the catalog covers this",

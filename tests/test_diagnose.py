@@ -487,7 +487,9 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     # user's own two devices, which no lesson teaches (the note names the old bug for an older release)
     (SPARSE, SPARSE_CODE, "not_in_catalog"),
     (SPARSE + "\ntorch==1.7.1", SPARSE_CODE, "not_in_catalog"),
-    ("RuntimeError: device of compressed_indices (=cpu) must match device of values (=cuda:0)", "", "not_in_catalog"),
+    ("RuntimeError: device of ccol_indices (=cpu) must match device of values (=cuda:0)", "", "not_in_catalog"),
+    ("RuntimeError: device of crow_indices (=cpu) must match device of col_indices (=cuda:0)", "", "not_in_catalog"),
+    ("RuntimeError: Values and crow_indices need to be on the same device.", "", "not_in_catalog"),
     (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "not_in_catalog"),
 ])
 def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
@@ -496,6 +498,16 @@ def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: 
     assert result.verdict == verdict, result.note
     if text.startswith(FUSED_STEP) or "capturable=True" in code:
         assert "capturable_step" in [m.slug for m in result.matches]
+
+
+@pytest.mark.parametrize(("text", "devices"), [
+    ("device of indices (0) must match device of values (5)", ("cuda:0", "cuda:5")),  # COO prints get_device()
+    ("device of crow_indices (-1) must match device of values (0)", ("cpu", "cuda:0")),  # -1: the CPU's
+    ("device of ccol_indices (=cpu) must match device of values (=cuda:0)", ("cpu", "cuda:0")),
+])
+def test_a_sparse_tensor_s_check_names_its_two_devices(text: str, devices: tuple[str, ...]) -> None:
+    facts = diagnose.read(f"RuntimeError: {text}")
+    assert (facts.template, facts.devices) == ("sparse_devices", devices)
 
 
 @pytest.mark.parametrize(("text", "version", "release"), [
@@ -1037,6 +1049,30 @@ def test_a_moved_model_called_on_inputs_moved_in_the_call_points_inside_the_mode
     assert "called_on_device" not in diagnose.read(MISMATCH, "net = Net().cuda()\nx = x.cpu()\nnet(x)\n").code
 
 
+@pytest.mark.parametrize("code", [
+    "model = Net().cuda()\nfor x, y in loader:\n    out = model(x.cuda())\n    loss = criterion(out, y)\n",
+    "model = Net().cuda()\nout = model(x.cuda(), mask=mask)\n",
+    "model = Net().cuda()\nout = model(x.cuda(), **batch)\n",
+    "model = Net().cuda()\nout = model(x.cuda())\nids = model.generate(y)\n",
+    "model = Net().cuda()\nout = model(x.to(weight_dtype))\n",
+    "model = Net()\nout = model(x.cuda())\nmodel = model.cuda()\n",
+    "model = Net().cuda()\nout = model(x.cuda())\nmodel = Net()\nout = model(x.cuda())\n",
+])
+def test_a_model_run_on_an_input_not_shown_on_the_device_is_the_batch_s_case(code: str) -> None:
+    """A run of the model on an input left as it is (a keyword, `**batch`, another call, a cast to a dtype), before
+    the model's move or after it is rebound unmoved, or in a loop whose batch holds more (the labels): the batch
+    never moved stays a candidate."""
+    result = diagnose.diagnose(MISMATCH, code)
+    assert "called_on_device" not in result.facts.code
+    assert "batch_not_moved" in [m.slug for m in result.matches]
+
+
+def test_a_model_run_by_forward_or_by_keyword_on_device_inputs_counts() -> None:
+    for code in ("model = Net().cuda()\nout = model.forward(x.cuda())\n",
+                 "model = Net().to(device)\nout = model(input_ids=ids.to(device), mask=m.to(x.device))\n"):
+        assert "called_on_device" in diagnose.read(MISMATCH, code).code, code
+
+
 def test_a_local_tensor_indexed_by_device_indices_is_no_attribute_s() -> None:
     """"indices should be either on cpu or on the same device as the indexed tensor (cpu)" raised on a line that
     indexes a local tensor (`t = t[mask]`) is a tensor made on the CPU or a batch never moved, not a table or a loss
@@ -1059,6 +1095,10 @@ def test_a_frame_whose_file_prefix_was_cut_is_read() -> None:
     text = ('[...]/python3.12/site-packages/lib/modules.py", line 457, in forward_kernel\n    P = P + self.lim // 2\n'
             f"        ~~^~~~~~~~~~~~~~~\n{MISMATCH}")
     assert diagnose.raising_line(text) == "P = P + self.lim // 2"
+    cut = 'ject/model.py", line 40, in forward\n    x = x * self.scale\n' + MISMATCH
+    assert diagnose.read(cut).frames == ("user_forward",)  # the frame's file and function are read, not only seen
+    assert [m.group(0) for m in diagnose.FRAME.finditer('  File "/a b/m.py", line 3, in f\n')] == [
+        'File "/a b/m.py", line 3, in f']  # a whole frame is read once, by its own pattern
     result = diagnose.diagnose(text)
     assert "attribute_raised" in result.facts.code
     assert result.matches[0].slug == "plain_tensor_attribute"
