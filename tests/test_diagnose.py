@@ -1046,6 +1046,11 @@ def test_a_moved_model_called_on_inputs_moved_in_the_call_points_inside_the_mode
     assert result.verdict == "ambiguous"
     assert [m.slug for m in result.matches][:2] == ["factory_in_forward", "plain_tensor_attribute"]
     assert "called_on_device" in diagnose.read(MISMATCH, "net = Net().cuda()\nx = x.cuda()\nnet(x)\n").code
+    # the layer's input on the CPU (`mat1` of addmm) puts the batch first, unless the code shows it on the device
+    mat1 = MISMATCH + " (when checking argument for argument mat1 in method wrapper_CUDA_addmm)"
+    assert diagnose.diagnose(mat1).matches[0].slug == "batch_not_moved"
+    ranked = [m.slug for m in diagnose.diagnose(mat1, "m = Net().cuda()\nout = m(x.cuda())\n").matches]
+    assert "batch_not_moved" not in ranked and "mps_device_pick" not in ranked
     assert "called_on_device" not in diagnose.read(MISMATCH, "net = Net().cuda()\nx = x.cpu()\nnet(x)\n").code
 
 
