@@ -1050,7 +1050,8 @@ def test_a_moved_model_called_on_inputs_moved_in_the_call_points_inside_the_mode
     mat1 = MISMATCH + " (when checking argument for argument mat1 in method wrapper_CUDA_addmm)"
     assert diagnose.diagnose(mat1).matches[0].slug == "batch_not_moved"
     ranked = [m.slug for m in diagnose.diagnose(mat1, "m = Net().cuda()\nout = m(x.cuda())\n").matches]
-    assert "batch_not_moved" not in ranked and "mps_device_pick" not in ranked
+    assert "batch_not_moved" not in ranked
+    assert "mps_device_pick" not in ranked
     assert "called_on_device" not in diagnose.read(MISMATCH, "net = Net().cuda()\nx = x.cpu()\nnet(x)\n").code
 
 
@@ -1212,17 +1213,17 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 391 covered reports, eighteen batches (354 of the first seventeen before the label audit, 367 after); six that were "not in the catalog" name the mechanism of a scenario that
+    # 412 covered reports, nineteen batches (354 of the first seventeen before the label audit, 367 after); six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.63, 0.84), False: (0.59, 0.81)}[with_code]
+    floor = {True: (0.63, 0.84), False: (0.60, 0.81)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 60 of 146 with the code, 56 without (of the tenth to eighteenth batches' 92, 10 were right on arrival)
-    assert result["rest_right"] >= {True: 0.41, False: 0.38}[with_code], result["misses"]
-    # one lesson named: 127 of 144 right with the code, 97 of 105 without (on the first four batches it was 23 of 49
+    # the rest: 62 of 157 with the code, 58 without (of the tenth to nineteenth batches' 103, 12 were right on arrival)
+    assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
+    # one lesson named: 136 of 154 right with the code, 106 of 115 without (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.87, False: 0.92}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.88, False: 0.92}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
