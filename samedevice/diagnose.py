@@ -54,7 +54,8 @@ TEMPLATES = (
     _t("deserialize_index", "deserialize_index", r"Attempting to deserialize object on (?P<a>\w+) device \d+ but "
        r"torch\.\w+\.device_count\(\) is \d+", "torch.load met a device index this host does not have"),
     _t("deserialize", "deserialize", r"Attempting to deserialize object on (?:a )?(?P<a>\w+) device"
-       r"|If you are running on a CPU-only machine, please use torch\.load with map_location",
+       r"|If you are running on a CPU-only machine, please use torch\.load with map_location"
+       r"|'to map your storages to the CPU\.'\)",  # the message's last line as torch/serialization.py's source has it
        "torch.load met a location this host does not have (torch/serialization.py, _validate_device)"),
     # a location tag this PyTorch has no restore function for: a device its build or version lacks (an mps:0 or a
     # backend's checkpoint on an older or other build), torch/serialization.py's default_restore_location
@@ -1488,6 +1489,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.kind is None and matches[0].score < FOUND:
         return Diagnosis(facts, "unknown", tuple(matches[:3]), note="no device error found in the input; the code "
                          "alone suggests the scenarios below")
+    if facts.kind is None:  # frames or code without the message: what raised, and what it said, is not shown
+        return Diagnosis(facts, "ambiguous", tuple(matches[:3]), note="no error message was read (the paste ends "
+                         "before it?): the traceback and the code suggest the scenarios below; paste the error's "
+                         "last line to tell them apart")
     caveat = ""
     for other in ELSEWHERE:
         # the emulator's absent host lacks its device by design: the scenario's case

@@ -1095,6 +1095,29 @@ def test_a_local_tensor_indexed_by_device_indices_is_no_attribute_s() -> None:
     assert "local_indexed" not in diagnose.read(text.replace(indices, MISMATCH)).code  # another message: no table
 
 
+def test_a_traceback_cut_before_its_message_names_no_lesson_alone() -> None:
+    """Frames without the message (the paste ends inside the traceback): what raised and what it said are not shown,
+    so the candidates the frames suggest, and a request for the last line; the same frames with the message decide."""
+    frames = ('  File "/env/lib/python3.8/site-packages/transformers/trainer.py", line 1529, in _load_rng_state\n'
+              '    torch.cuda.random.set_rng_state_all(checkpoint_rng_state["cuda"])\n'
+              '  File "/env/lib/python3.8/site-packages/torch/cuda/random.py", line 73, in set_rng_state_all\n'
+              "    set_rng_state(state, i)\n")
+    cut = diagnose.diagnose(frames)
+    assert cut.facts.kind is None
+    assert (cut.verdict, cut.matches[0].slug) == ("ambiguous", "rng_state_map_location")
+    assert "no error message was read" in cut.note
+    whole = diagnose.diagnose(frames + "TypeError: RNG state must be a torch.ByteTensor")
+    assert (whole.verdict, whole.matches[0].slug) == ("scenario", "rng_state_map_location")
+
+
+def test_the_checkpoint_message_s_last_line_as_its_source_quotes_it_is_read() -> None:
+    """A notebook's traceback that elides the middle shows torch/serialization.py's source line, the message's last
+    line in quotes: it is the checkpoint refusal's."""
+    text = ('File ~/env/lib/python3.10/site-packages/torch/serialization.py:254, in validate_cuda_device(location)\n'
+            "                        'to map your storages to the CPU.')")
+    assert diagnose.read(text).template == "deserialize"
+
+
 def test_a_frame_whose_file_prefix_was_cut_is_read() -> None:
     """A paste that starts mid-frame (`[...]/site-packages/lib/m.py", line 457, in f`, its `File "` cut off) still
     shows the frame and the line that raised under it; Python 3.11's carets under that line are not the line."""
@@ -1221,9 +1244,10 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 62 of 157 with the code, 58 without (of the tenth to nineteenth batches' 103, 12 were right on arrival)
     assert result["rest_right"] >= {True: 0.39, False: 0.36}[with_code], result["misses"]
-    # one lesson named: 136 of 154 right with the code, 106 of 115 without (on the first four batches it was 23 of 49
+    # one lesson named: 136 of 150 right with the code, 107 of 115 without (a traceback cut before its message
+    # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
-    assert result["confident_right"] >= {True: 0.88, False: 0.92}[with_code], result["misses"]
+    assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
 
 
 def test_a_message_alone_names_candidates_and_the_code_names_the_lesson() -> None:
