@@ -109,6 +109,18 @@ TEMPLATES = (
     # before 1.1, DataParallel's broadcast of a module left on the CPU (torch/nn/parallel/_functions.py, Broadcast)
     _t("dataparallel_cpu", "dataparallel", r"Broadcast function not implemented for CPU tensors",
        "nn.DataParallel broadcast a module left on the CPU (before 1.1's device_ids[0] check)"),
+    # broadcast_coalesced's check (torch/csrc/cuda/comm.cpp): what replicates a module copies it from devices[0], so
+    # before 1.1's device_ids[0] check a DataParallel module on another GPU (`.cuda()` onto the current device, 0,
+    # and device_ids=[1, 2]) met it there; so did 1.x's single-process DDP over several GPUs (diagnose, below)
+    _t("broadcast_devices", "dataparallel", r"all tensors must be on devices\[0\]",
+       "a module replicated from device_ids[0] is not there (torch/csrc/cuda/comm.cpp, broadcast_coalesced)"),
+    # FSDP's check of the module it wraps (torch/distributed/fsdp/_init_utils.py, _check_single_device_module)
+    _t("fsdp_single_device", "fsdp_devices", r"FSDP only supports single device modules,? but got params on",
+       "FSDP was given a module whose parameters are on several devices"),
+    # FSDP's invariant of its flat parameter (torch/distributed/fsdp/_flat_param.py, _check_on_compute_device): the
+    # compute device is device_id's, and FSDP makes tensors on the current device; 2.x adds "was on <device>"
+    _t("fsdp_compute", "compute_device", r"Expects tensor to be on the compute device (?P<a>" + DEVICE + r")"
+       r"(?:, was on (?P<b>" + DEVICE + r"))?", "FSDP found a tensor off its compute device"),
     # DDP given device_ids for a module on several devices (its parameters' set names two): device_ids=None
     _t("ddp_multi_device", "ddp_multi", r"device_ids and output_device arguments only work with single-device"
        r"[^{}]{0,300}module parameters \{device\([^)]*\), device\(", "DDP was given device_ids for a module on "
@@ -177,6 +189,14 @@ TEMPLATES = (
     # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op
     _t("cpu_scalars", "mismatch", r"Trying to pass too many CPU scalars to CUDA kernel",
        "a CUDA op given more than one 0-dim CPU tensor (TensorIterator reads only one as a scalar)"),
+    # a _foreach op's list of scalars packed in a tensor must be on the CPU (aten/src/ATen/native/ForeachUtils.h,
+    # convert_tensor_to_scalar_list): an optimizer's hyperparameters turned into device tensors
+    _t("foreach_scalars", "foreach_scalars", r"Expected scalars to be on CPU, got (?P<a>" + DEVICE + r") instead",
+       "a _foreach op given its scalars as a tensor on the device"),
+    # Triton's launcher (triton/backends/nvidia/driver.py) asks CUDA for each pointer in the current device's context:
+    # a CPU tensor fails, and so does one on another GPU than the current device, which the kernel is launched on
+    _t("triton_pointer", "triton_pointer", r"Pointer argument \(at \d+\) cannot be accessed from Triton",
+       "a Triton kernel was given a tensor it cannot reach from the current device (a CPU one, or another GPU's)"),
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
@@ -473,6 +493,8 @@ FRAMES = {
     "pack_sequence": (r"torch[/\\]nn[/\\]utils[/\\]rnn\.py", r"pack_sequence"),
     # a Distribution keeps the parameters it was built from (Python numbers: CPU tensors) and has no .to()
     "distributions": (r"torch[/\\]distributions[/\\]", None),
+    # a graph torch.compile traced and Inductor compiled: its kernels are Inductor's, not the user's ops
+    "compiled": (r"torch[/\\]_(?:dynamo|inductor)[/\\]", None),
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
@@ -627,6 +649,7 @@ SIGNALS = {
     "lengths_list": r"(?m)^[^#\n]*\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?"
                     r"(?:\[|[\w.]+\.tolist\(\)|list\()",
     "pack_sequence": r"(?m)^[^#\n]*\bpack_sequence\(",
+    "compiled": r"(?m)^[^#\n]*\btorch\.compile\b",
     # a Distribution built from a tensor of one or more dimensions made without device=: its parameters on the CPU.
     # Built from Python numbers (0-dim), they pass as scalars beside device tensors since 1.x; before, they did not
     "distribution_cpu": r"(?m)^[^#\n]*\b" + DISTRIBUTION + r"\(\s*(?:\w+\s*=\s*)?torch\.(?:zeros|ones|randn|rand|"
@@ -1198,6 +1221,8 @@ def read(text: str, code: str = "") -> Facts:
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
                                   + _raised(text, template.name if template else None)))
     kind = template.kind if template else None
+    if template is not None and template.name == "fsdp_compute" and "cpu" in devices:
+        kind = "mismatch"  # a flat parameter on the CPU, its module moved off the device: not the current device's
     if template is not None and template.name == "invalid_ordinal" and "serialization" in frames \
             and "map_location_device" not in signals:
         # an old torch.load restored with .cuda(N) unchecked: a saved index the host lacks (not one it was mapped to)
@@ -1402,6 +1427,16 @@ NOT_TAUGHT = {
                "than GPUs, or a global rank used as a local index (`torch.cuda.set_device(rank)` on a second "
                "machine). Use LOCAL_RANK, and as many processes per node as it has GPUs; no lesson of the catalog "
                "covers this",
+    "fsdp_devices": "FSDP wraps a module whose parameters are all on one device (or all on the CPU, with "
+                    "device_id): here they are on several. A part built on meta and never materialized (to_empty, "
+                    "param_init_fn; a layer swapped in on a real device), or a part moved by itself: materialize or "
+                    "move the whole module before the wrap; no lesson of the catalog covers this "
+                    "(meta_param_not_materialized shows a model left on meta)",
+    "foreach_scalars": "a _foreach op takes a list of scalars packed in a tensor on the CPU only, and got one on the "
+                       "device: most often an optimizer's hyperparameters (lr, betas, weight_decay in param_groups) "
+                       "turned into tensors and moved with its state by a restore or a rescue loop. Move "
+                       "optimizer.state only (fixes/optimizer_to.py), and keep param_groups' numbers as Python numbers "
+                       "or CPU tensors; no lesson of the catalog covers this",
     "sparse": "a sparse tensor's indices and values are on two devices: make them on one device before the "
               "constructor (`torch.sparse_coo_tensor(indices.to(values.device), values, size)`). Before PyTorch 1.7, "
               "torch.sparse_coo_tensor without device= made its indices on the current device (pytorch/pytorch"
@@ -1420,6 +1455,20 @@ NOT_TAUGHT = {
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
+
+
+# eager PyTorch lets a 0-dim CPU tensor join a CUDA op as a scalar (TensorIterator); Inductor has compiled such a
+# tensor into a Triton kernel as a pointer in several releases (pytorch/pytorch#100191, #121374, #140457; #151737 open)
+INDUCTOR_SCALAR = ("a kernel torch.compile generated was given a CPU tensor. Eager PyTorch lets a 0-dim CPU tensor "
+                   "(`b[0]`, `t.sum()`, `torch.tensor(2.0)`) join a GPU op as a scalar; Inductor has compiled some of "
+                   "these into its Triton kernel as a pointer, which the kernel cannot read (pytorch/pytorch#121374, "
+                   "#140457, fixed; #151737 open). Run it uncompiled: where eager passes, make that scalar on the "
+                   "device (or pass a Python number, `.item()`), or try a newer release; where eager raises too, the "
+                   "message eager gives names the lesson")
+# torch/nn/parallel/distributed.py before 1.9: no device_ids and several visible GPUs, a module replicated per GPU
+DDP_REPLICATES = ("1.x's DistributedDataParallel without device_ids in a process that sees several GPUs: it "
+                  "replicates the module over all of them from the first, and a module on the rank's own GPU is not "
+                  "there. Pass device_ids=[local_rank] (or let each process see one GPU)")
 
 
 def _calls(text: str, facts: Facts) -> tuple[str, ...]:
@@ -1461,6 +1510,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
+    if facts.kind == "triton_pointer" and "compiled" in facts.code + facts.frames:
+        return Diagnosis(facts, "not_in_catalog", note=INDUCTOR_SCALAR)
     if facts.kind == "cudnn":
         return Diagnosis(facts, "not_device_error", note="cuDNN failed to run a kernel: most often memory, an input "
                          "shape or dtype its kernel does not take, or the driver. Run it once with "
@@ -1507,6 +1558,21 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.template == "lengths" and "pack_sequence" in facts.code + facts.frames:
         caveat = PACK_SEQUENCE
     top = tuple(matches[:3])
+    if facts.kind == "triton_pointer":
+        return Diagnosis(facts, "ambiguous", top, note="a Triton kernel was given a tensor it cannot reach from the "
+                         "current device: one on the CPU, or one on another GPU. Under torch.compile the kernel is "
+                         "Inductor's and the tensor most often a 0-dim CPU one that eager takes as a scalar (no lesson "
+                         "covers that: run it uncompiled); in a library's own Triton kernel, the scenarios below. What "
+                         "tells them apart: is torch.compile on, and is the tensor on the CPU or on another GPU than "
+                         "torch.cuda.current_device()?")
+    if facts.template == "broadcast_devices" and not {"dataparallel"} & set(facts.code + facts.frames):
+        if {"ddp", "processes"} & set(facts.code + facts.frames):
+            return Diagnosis(facts, "not_in_catalog", note=DDP_REPLICATES + "; no lesson of the catalog covers this "
+                             "(dataparallel_device_ids shows the same check met by nn.DataParallel)")
+        return Diagnosis(facts, "ambiguous", top, note="nn.DataParallel meets this check with a module off "
+                         "device_ids[0] (the scenario below). So does " + DDP_REPLICATES + "; no lesson covers that. "
+                         "What tells them apart: is the model wrapped in nn.DataParallel or in "
+                         "DistributedDataParallel?")
     # ambiguous: only the message's kind fits, the first two differ by no more than their priors, or nothing but the
     # message speaks for the first. A message names the op and the tensor on the wrong device, not how it got there:
     # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an

@@ -233,7 +233,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     # Beyond the articles: model code
     Scenario("factory_in_forward", "torch.arange / ones / from_numpy(mask) inside forward, made on CPU",
              "user reports", _accelerators("mismatch"),
-             clues=Clues(templates=("rnn_hidden", "all_input_tensors"), frames=("user_forward",),
+             # a Triton kernel (a library's, or Inductor's) given a tensor made on the CPU
+             clues=Clues(kinds=("mismatch", "triton_pointer"), templates=("rnn_hidden", "all_input_tensors"),
+                         frames=("user_forward",),
                          # the commonest cause of a bare "found at least two devices" in public reports (20 of the
                          # 72 bare ones of the 70 and the held out, batch_not_moved 15), most of them a library's
                          # own forward: the first candidate of a bare message
@@ -280,7 +282,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              "user reports (multi-device)", _accelerators("mismatch", mps="none"), min_devices=2,
              # on a GPU in exclusive-process compute mode, a second process's touch of device 0 is refused as busy
              # xformers' attention bias made without a device: on the current device, 0, beside a query on device 1
-             clues=Clues(kinds=("mismatch", "busy"), pairs=("two_accelerators",), templates=("attn_bias",),
+             # FSDP's compute device is device_id's, the tensors it makes are on the current device; a Triton kernel
+             # is launched on the current device and cannot reach another GPU's tensor
+             clues=Clues(kinds=("mismatch", "busy", "compute_device", "triton_pointer"), pairs=("two_accelerators",),
+                         templates=("attn_bias",),
                          code=("index_less", "ranks"),
                          prior=0.3,
                    confirm="print torch.accelerator.current_device_index() in each worker",
