@@ -495,6 +495,8 @@ FRAMES = {
     "distributions": (r"torch[/\\]distributions[/\\]", None),
     # a graph torch.compile traced and Inductor compiled: its kernels are Inductor's, not the user's ops
     "compiled": (r"torch[/\\]_(?:dynamo|inductor)[/\\]", None),
+    # a Hugging Face library's frame (a model's modeling file, accelerate's hooks that move each block's inputs)
+    "hf_library": (r"[/\\](?:transformers|accelerate|peft)[/\\]", None),
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
@@ -618,11 +620,15 @@ SIGNALS = {
     "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
-    "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow", "device_map": r"\bdevice_map\s*=",
+    # a device map given by keyword or in a dict of keywords (`{"device_map": "auto"}`)
+    "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow",
+    "device_map": r"\bdevice_map['\"]?\s*[=:]",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
                r"|offload_(?:folder|state_dict|buffers)\s*=",
     # parts of one model placed on devices of their own: a device map, or a submodule moved by itself
-    "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)\s*=|\b(?:self|model)\.\w+\.to\(",
+    "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)['\"]?\s*[=:]|\b(?:self|model)\.\w+\.to\(",
+    # a Hugging Face model loaded or run
+    "hf_model": r"\.from_pretrained\(|\.generate\(|\bpipeline\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # several processes shown, not only a device index: a process group, a launcher's rank variables, DDP
@@ -1011,7 +1017,7 @@ SCALARS_REFUSED = ("legacy_type", "invalid_combination", "th_expected_tensor")
 DECISIVE_NOTES = {"distributions": ": a Distribution keeps its parameters where they were made and has no .to(), so "
                                    "parameters made on the CPU meet a value on the device; build it from tensors on "
                                    "the device (`Normal(torch.zeros(3, device=d), torch.ones(3, device=d))`)"}
-WEIGHTS = {"kind": 3.0, "pair": 1.0, "frame": 2.0, "argument": 3.0, "op": 1.5, "code": 2.5, "prior": 1.0}
+WEIGHTS = {"kind": 3.0, "pair": 1.0, "frame": 2.0, "argument": 3.0, "op": 1.5, "code": 2.5, "prior": 1.0, "lean": 1.0}
 FOUND = WEIGHTS["kind"] + 2.0  # below it, only the message's kind fits: the scenarios are candidates
 
 
@@ -1350,6 +1356,10 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if signal in clues.code:  # a signal only one scenario shows is the stronger evidence
             total += WEIGHTS["code"] * (2 if _claimed(signal) == 1 else 1)
             why.append(f"the code: {CODE_WHY.get(signal, signal)}")
+    for lean in dict.fromkeys(facts.code + facts.frames):
+        if lean in clues.leans:  # weighs as a prior: it orders the candidates, never names one alone (shown)
+            total += WEIGHTS["lean"]
+            why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
     for signal in set(clues.against) & set(facts.code):  # the code shows what this scenario's broken code lacks
         total -= 2 * WEIGHTS["code"]
         why.append(f"but the code: {CODE_WHY.get(signal, signal)}")
@@ -1376,6 +1386,7 @@ CODE_WHY = {
     "attribute_raised": "the line that raised reads a tensor attribute of the module (`self.<name>`)",
     "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
+    "hf_model": "a Hugging Face model is loaded or run (from_pretrained, generate, pipeline)",
 }
 
 

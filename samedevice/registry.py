@@ -98,6 +98,7 @@ class Clues:
     ops: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
     against: tuple[str, ...] = ()  # code signals that speak against it (the model moved, for "never moved")
+    leans: tuple[str, ...] = ()  # code signals or frames that order the candidates but never name it alone
     prior: float = 0.0
     confirm: str = ""
     question: str = ""
@@ -293,7 +294,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("model_split_across_devices", "A model split over two devices whose loss mixes its two ends: the "
              "labels on the first device, the logits on the last", "user reports (device maps)",
              _accelerators("mismatch", mps="none"), min_devices=2,
+             # a Hugging Face model loaded or run (from_pretrained, generate, accelerate's hooks) beside two GPUs is
+             # most often a device map's split (of the reports of two GPUs, 6 such were this lesson's, none a
+             # worker's index-less device), but a library's own split too: it orders, it does not decide
              clues=Clues(pairs=("two_accelerators",), frames=("loss",), code=("split_model", "device_map"), prior=0.3,
+                         leans=("hf_model", "generate", "hf_library"),
                          confirm="audit.misplaced(first_device, model=model) names the layers on the last device; "
                          "print the devices of the output and the labels",
                          question="is the model split over two devices (device_map, a submodule moved by itself)?")),
