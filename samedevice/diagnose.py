@@ -788,6 +788,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("model_moved")
     if _called_on_device(tree, calls):
         found.append("called_on_device")
+    if _run_on_a_cpu_input(tree, calls, built):
+        found.append("cpu_input")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     # inputs moved to the device (or made there) and a model in the code (one called, built or loaded) that never is
@@ -846,11 +848,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call]) -> bool:
     an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
     inputs: the labels) is the batch's case again."""
     assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
-    # (line, name, moved or not): each binding of a name, and each statement that moves a model by its name
-    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and _moves_a_model(n.value))
-              for n in assigns for t in n.targets if isinstance(t, ast.Name)]
-    events += [(c.lineno, c.func.value.id, True) for c in calls if _moves_a_model(c)
-               and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
+    events = _bindings(assigns, calls)
     models = {name for _, name, moved in events if moved}
     placed: set[str] = set()  # names bound to a tensor on the device
     for n in assigns:
@@ -871,6 +869,48 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call]) -> bool:
         if not moved or id(call) in looped or not _inputs_on_device(call, placed):
             return False
     return runs > 0
+
+
+MODEL_NAME = r"(?i)\w*(?:model|net|encoder|decoder|classifier|module)\w*"  # a name that says it holds a model
+
+
+def _made_on_the_cpu(node: ast.AST) -> bool:
+    """A tensor made by torch's factory without device= (`torch.LongTensor(ids)`, `torch.from_numpy(a)`): on the CPU."""
+    return isinstance(node, ast.Call) and _call_name(node).startswith("torch.") \
+        and _call_name(node).split(".")[-1] in FACTORIES - {"as_tensor"} and not any(k.arg == "device"
+                                                                                        for k in node.keywords)
+
+
+def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[int, str, bool]]:
+    """(line, name, moved or not): each binding of a name, and each statement that moves a model by its name."""
+    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and _moves_a_model(n.value))
+              for n in assigns for t in n.targets if isinstance(t, ast.Name)]
+    return events + [(c.lineno, c.func.value.id, True) for c in calls if _moves_a_model(c)
+                     and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
+
+
+def _run_on_a_cpu_input(tree: ast.AST, calls: list[ast.Call], built: set[str]) -> bool:
+    """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
+    `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
+    built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
+    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
+    events = _bindings(assigns, calls)
+    for call in calls:
+        name = _run_model_name(call)
+        if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
+            continue
+        before = [moved for line, bound, moved in events if bound == name and line < call.lineno]
+        if before and not before[-1]:
+            continue
+        for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]:
+            if _made_on_the_cpu(arg):
+                return True
+            if isinstance(arg, ast.Name):  # the last binding of the name before the run
+                last = [n.value for n in assigns if n.lineno < call.lineno
+                        and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)][-1:]
+                if last and _made_on_the_cpu(last[0]):
+                    return True
+    return False
 
 
 def _run_model_name(call: ast.Call) -> str | None:
@@ -1380,6 +1420,7 @@ CODE_WHY = {
     "model is not", "model_moved": "the model is moved to the device",
     "called_on_device": "the moved model is called on inputs moved in the call",
     "local_indexed": "the line that raised indexes a local tensor, not an attribute",
+    "cpu_input": "the model is run on an input made on the CPU and never moved",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
     "factory_no_device": "the lines pasted make a tensor without device= and move nothing",

@@ -218,7 +218,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "both seeds", _accelerators("mismatch"),
              clues=Clues(sides=("input",), frames=("layer", "embedding"), arguments=("mat1", "mat2", "input"),
                    ops=("addmm", "mm", "conv"),
-                   code=("batch_loop", "local_indexed"), against=("called_on_device",), prior=0.7,
+                   code=("batch_loop", "local_indexed", "cpu_input"), against=("called_on_device",), prior=0.7,
                    confirm="audit.misplaced(device, batch=batch) names each key",
                    question=FORWARD_QUESTION)),
     Scenario("model_not_moved", "The batches are moved, the model never is: its weights stay on CPU",

@@ -1168,6 +1168,25 @@ def test_a_hugging_face_model_beside_two_gpus_leans_to_the_split_and_names_it_on
     assert (mapped.verdict, mapped.matches[0].slug) == ("scenario", "model_split_across_devices")
 
 
+@pytest.mark.parametrize(("code", "read"), [
+    ("def loss(model, ids):\n    ids = torch.LongTensor(ids)\n    return model(ids)\n", True),
+    ("net = Net().cuda()\nout = net(torch.from_numpy(batch))\n", True),
+    ("net = Net().cuda()\nx = torch.tensor(data)\nx = x.cuda()\nout = net(x)\n", False),
+    # the CPU run first (a model built and not moved yet), then the device's: no input left behind in the code
+    ("t = Blur()\nx = torch.rand(1, 3, 8, 8)\nt(x)\nt = Blur().to('cuda')\nx = torch.rand(1, 3, 8, 8, "
+     "device='cuda')\nt(x)\n", False),
+    ("ids = torch.tensor(ids)\nprint(ids)\n", False),
+])
+def test_a_model_run_on_an_input_made_on_the_cpu_is_the_batch_s_case(code: str, read: bool) -> None:
+    """An input made on the CPU by torch's factory and handed to a model unmoved is a batch never moved, not a tensor
+    the model makes; a CPU run before the model is moved, a moved input or a call of no model is none."""
+    assert ("cpu_input" in diagnose.read("", code).code) is read
+    if read:
+        message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+                   "cuda:0 and cpu! (when checking argument for argument index in method wrapper_CUDA__index_select)")
+        assert diagnose.diagnose(message, code).matches[0].slug == "batch_not_moved"
+
+
 def test_a_traceback_cut_before_its_message_names_no_lesson_alone() -> None:
     """Frames without the message (the paste ends inside the traceback): what raised and what it said are not shown,
     so the candidates the frames suggest, and a request for the last line; the same frames with the message decide."""
@@ -1312,7 +1331,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 431 covered reports, twenty batches (354 of the first seventeen before the label audit, 367 after); six that were "not in the catalog" name the mechanism of a scenario that
     # landed since, param_group_tensor's (three bare messages and a fused kernel's crash) or plain_tensor_attribute's
     # (a library's own module): they stay misses
-    floor = {True: (0.63, 0.84), False: (0.60, 0.81)}[with_code]
+    floor = {True: (0.64, 0.85), False: (0.60, 0.82)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 64 of 168 with the code, 60 without (of the tenth to twentieth batches' 114, 12 were right on arrival)
