@@ -164,7 +164,7 @@ TEMPLATES = (
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
     # 1.x's TensorUtils checks (checkSameGPU, checkDeviceType), kept by cuDNN's and a few other kernels
     _t("same_gpu", "mismatch", r"Tensor for (?:argument #\d+ )?'(?P<arg>\w+)' is on (?P<b>CPU), "
-       r"(?:Tensor for (?:argument #\d+ )?'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU) "
+       r"(?:Tensor for (?:argument #\d+ )?'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU|MPS) "
        r"\(while checking arguments for (?P<op>\w+)\)",
        "a 1.x kernel's check that its arguments are on the GPU (TensorUtils.cpp, checkSameGPU)"),
     _t("same_gpu_index", "mismatch", r"Expected tensor for argument #\d+ ?'(?P<arg>\w+)' to have the same device as "
@@ -200,6 +200,11 @@ TEMPLATES = (
     _t("rnn_hidden", "mismatch", r"Input and hidden tensors are not at the same device, found input tensor at "
        r"(?P<a>" + DEVICE + r") and hidden tensor at (?P<b>" + DEVICE + ")",
        "an RNN's input and its initial hidden state on different devices"),
+    # an RNN's check of its input against its weights (aten/src/ATen/native/RNN.cpp, check_attributes): the
+    # parameters on the CPU are the layer's weights left there
+    _t("rnn_parameters", "mismatch", r"Input and parameter tensors are not at the same device, found input tensor "
+       r"at (?P<a>" + DEVICE + r") and parameter tensor at (?P<b>" + DEVICE + ")",
+       "an RNN's input and its weights on different devices"),
     # pack_padded_sequence's lengths, which it reads on the host by design since 1.7 (torch/nn/utils/rnn.py)
     _t("lengths", "lengths", r"'lengths' argument should be a 1D CPU int64 tensor(?:, but got 1D (?P<a>" + DEVICE
        + r") \w+ tensor)?", "pack_padded_sequence was given its lengths on a device"),
@@ -376,6 +381,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "weights"  # the pipeline's device is its weights': on the CPU, or read as the CPU (offloaded)
     if template.name == "dgl_graph":
         return "input"  # a graph and its features: the batch, one part of it left behind
+    if template.name == "rnn_parameters":  # the input's device, then the weights'
+        return "weights" if (groups.get("b") or "").lower() == "cpu" else "input"
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH
@@ -418,7 +425,9 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
     names = [n for n in found if n]
     if template.name in ("input_weight", "legacy_type", "invalid_combination"):
         names = [_device_of_legacy(n) for n in names]
-    if template.name in ("same_gpu", "thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
+    if template.name == "same_gpu":  # the GPU (or MPS, whose kernels kept the check) the op runs on; no index
+        names = ["mps" if groups.get("a") == "MPS" else "cuda", "cpu"]
+    if template.name in ("thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "extension_cuda":
         names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
