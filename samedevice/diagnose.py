@@ -629,8 +629,8 @@ SIGNALS = {
     "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
-    # a device map given by keyword or in a dict of keywords (`{"device_map": "auto"}`)
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow",
+    # a device map given by keyword or in a dict of keywords (`{"device_map": "auto"}`)
     "device_map": r"\bdevice_map['\"]?\s*[=:]",
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
                r"|offload_(?:folder|state_dict|buffers)\s*=",
@@ -795,9 +795,11 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
-    if _called_on_device(tree, calls):
+    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
+    events = _bindings(assigns, calls)
+    if _called_on_device(tree, calls, assigns, events):
         found.append("called_on_device")
-    if _run_on_a_cpu_input(tree, calls, built):
+    if _run_on_a_cpu_input(calls, built, assigns, events):
         found.append("cpu_input")
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
@@ -850,14 +852,13 @@ def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
 MODEL_RUNS = ("forward", "generate", "predict", "infer", "sample", "__call__")
 
 
-def _called_on_device(tree: ast.AST, calls: list[ast.Call]) -> bool:
+def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.Assign],
+                      events: list[tuple[int, str, bool]]) -> bool:
     """The moved model run only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; an input made
     with device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s
     reach. Every run counts, in the order of the lines: one before the move, after the model is rebound unmoved, on
     an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
     inputs: the labels) is the batch's case again."""
-    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
-    events = _bindings(assigns, calls)
     models = {name for _, name, moved in events if moved}
     placed: set[str] = set()  # names bound to a tensor on the device
     for n in assigns:
@@ -898,12 +899,11 @@ def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[in
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
 
 
-def _run_on_a_cpu_input(tree: ast.AST, calls: list[ast.Call], built: set[str]) -> bool:
+def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[ast.Assign],
+                        events: list[tuple[int, str, bool]]) -> bool:
     """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
     `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
     built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
-    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
-    events = _bindings(assigns, calls)
     for call in calls:
         name = _run_model_name(call)
         if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
@@ -1571,8 +1571,6 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
-    if facts.kind == "triton_pointer" and "compiled" in facts.code + facts.frames:
-        return Diagnosis(facts, "not_in_catalog", note=INDUCTOR_SCALAR)
     if facts.kind == "cudnn":
         return Diagnosis(facts, "not_device_error", note="cuDNN failed to run a kernel: most often memory, an input "
                          "shape or dtype its kernel does not take, or the driver. Run it once with "
@@ -1619,6 +1617,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     if facts.template == "lengths" and "pack_sequence" in facts.code + facts.frames:
         caveat = PACK_SEQUENCE
     top = tuple(matches[:3])
+    if facts.kind == "triton_pointer" and "compiled" in facts.code + facts.frames:
+        return Diagnosis(facts, "not_in_catalog", note=INDUCTOR_SCALAR)
     if facts.kind == "triton_pointer":
         return Diagnosis(facts, "ambiguous", top, note="a Triton kernel was given a tensor it cannot reach from the "
                          "current device: one on the CPU, or one on another GPU. Under torch.compile the kernel is "
