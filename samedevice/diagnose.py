@@ -676,6 +676,10 @@ SIGNALS = {
 }
 
 
+# a model run (`model(x)`, `self.net(x)`, `encoder.forward(x)`) or defined (`class Net(nn.Module)`)
+RUNS_A_MODEL = r"(?i)(?<![\w.])(?:self\.)?\w*(?:model|net|encoder|decoder|classifier)\w*(?:\.forward)?\s*\("
+
+
 def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
@@ -690,6 +694,8 @@ def read_code(code: str) -> tuple[str, ...]:
     found += parsed if parsed is not None else _text_signals(code)
     if "cpu_device" in found and re.search(r"cuda|is_available\(|['\"](?:mps|xpu)", code):
         found.remove("cpu_device")  # the CPU is the fallback of a choice (`if torch.cuda.is_available(): ...`)
+    if "moves_inputs" in found and not re.search(RUNS_A_MODEL, code):
+        found.remove("moves_inputs")  # inputs moved beside no model: nothing says which tensor stayed behind
     if "tokenizer" in found:  # its outputs moved whole, or not
         found.append("tokenizer_moved" if _tokenizer_outputs_moved(code) else "tokenizer_not_moved")
     # a layer called out of a dict by a tuple key (`self.convs[("upconv", i, 0)](x)`, not `self.blocks[(i - 1)](x)`):
@@ -786,8 +792,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     built = _modules_built_and_called(tree, calls) | _models_loaded(tree)
-    moves = [n.lineno for n in calls if _call_name(n).split(".")[-1] in ("to", "cuda")
-             and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n)))]
+    moves = [n.lineno for n in calls if _placed_at_load(n) or (_call_name(n).split(".")[-1] in ("to", "cuda")
+             and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n))))]
     # a draw given its generator and its device at once (`torch.randn(s, generator=g, device=d)`): no default device
     if any({"generator", "device"} <= {k.arg for k in n.keywords} for n in calls):
         found.append("draw_device_given")
@@ -838,14 +844,26 @@ def _modules_built_and_called(tree: ast.AST, calls: list[ast.Call]) -> set[str]:
     """Names bound to an instance of a class (`effect = PitchShift(...)`, `m = CubicBSplineGrid3d(...)`) that the
     code then calls (`effect(waveform)`): a module, whatever its name. Not torch's factories nor numpy's. And an
     exported program's module, `a = exported.module()`."""
+    augmenting = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                  for a in n.names if "augment" in f"{getattr(n, 'module', '') or ''}.{a.name}"}
     bound = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
              for t in n.targets if isinstance(t, ast.Name)
              and (name := _call_name(n.value)).split(".")[-1][:1].isupper()
-             and not name.startswith(("torch.", "np.", "numpy.", "t.")) and name.split(".")[-1] not in FACTORIES}
+             and not name.startswith(("torch.", "np.", "numpy.", "t.")) and name.split(".")[-1] not in FACTORIES
+             and not _an_augmentation(name, augmenting)}
     # an exported program's module (`a = exported.module()`) is a module whatever the code does with it
     exported = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                 and _call_name(n.value).endswith(".module") for t in n.targets if isinstance(t, ast.Name)}
     return {n.func.id for n in calls if isinstance(n.func, ast.Name) and n.func.id in bound} | exported
+
+
+def _an_augmentation(name: str, augmenting: set[str]) -> bool:
+    """A data augmentation (`RandomSolarize(0.5)`, `K.augmentation.ColorJitter()`, a class imported from kornia's or
+    audiomentations' augmentations). Left unmoved, it names no lesson alone: one that keeps a table as a buffer moves
+    it with `.to`, but most draw their parameters as they run, on the CPU, whether or not they were moved."""
+    parts = name.split(".")
+    return re.fullmatch(r"Rand(?:om)?[A-Z]\w*", parts[-1]) is not None or parts[0] in augmenting \
+        or any("augment" in part for part in parts[:-1])
 
 
 # the calls that run a model on its inputs: `model(x)`, `model.forward(x)`, `model.generate(x)`
@@ -893,7 +911,7 @@ def _made_on_the_cpu(node: ast.AST) -> bool:
 
 def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[int, str, bool]]:
     """(line, name, moved or not): each binding of a name, and each statement that moves a model by its name."""
-    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and _moves_a_model(n.value))
+    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and (_moves_a_model(n.value) or _placed_at_load(n.value)))
               for n in assigns for t in n.targets if isinstance(t, ast.Name)]
     return events + [(c.lineno, c.func.value.id, True) for c in calls if _moves_a_model(c)
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
@@ -1017,6 +1035,17 @@ def _moves_a_model(call: ast.Call) -> bool:
 def _loads_a_model(name: str) -> bool:
     """`AutoModel.from_pretrained`, `Model.load_from_checkpoint`, `torch.hub.load`: a call that returns a model."""
     return name.split(".")[-1] in ("from_pretrained", "load_from_checkpoint") or name.endswith("hub.load")
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's strategies: the model on the GPUs
+
+
+def _placed_at_load(call: ast.Call) -> bool:
+    """A model loaded onto the accelerator (`from_pretrained(name, device_map="cuda")`, `device_map="auto"`,
+    `device=device`): the load places it, as a `.to` would."""
+    return _loads_a_model(_call_name(call)) and any(
+        k.arg in ("device_map", "device") and (_names_a_device(k.value) or (
+            isinstance(k.value, ast.Constant) and k.value.value in DEVICE_MAPS)) for k in call.keywords)
 
 
 def _is_a_model(call: ast.Call) -> bool:

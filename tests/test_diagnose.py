@@ -1393,6 +1393,46 @@ def test_inputs_moved_speak_against_the_model_only_where_the_code_has_a_model() 
     assert "model_never_moved" in diagnose.read_code("model = Net()\nx = x.to(device)\nout = model(x)\n")
 
 
+def test_inputs_moved_beside_no_model_name_no_lesson() -> None:
+    """A line that moves the inputs, with no model run or defined in the code, does not say the model stayed
+    behind: the tensor left on the CPU may be any other. With a model run in a fragment that does not parse, it
+    still speaks for the model."""
+    message = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+    alone = "reals, labels = reals.to(device), labels.type_as(reals).to(device)\n"
+    assert "moves_inputs" not in diagnose.read_code(alone)
+    result = diagnose.diagnose(message, alone)
+    assert result.verdict == "ambiguous"
+    fragment = "inputs = inputs.to(device)\n    outputs = model(inputs)\n  loss = criterion(outputs, labels)\n"
+    assert "moves_inputs" in diagnose.read_code(fragment)
+    assert diagnose.diagnose(message, fragment).matches[0].slug == "model_not_moved"
+
+
+def test_a_model_loaded_onto_the_device_is_a_model_moved() -> None:
+    """`from_pretrained(..., device_map=...)` or `hub.load(..., device=...)` puts the model on the device as a `.to`
+    would: a model placed so, run on inputs made on the device, is no model never moved. Loaded onto the CPU, it is."""
+    placed = ('model = Pipeline.from_pretrained("m", device_map=device)\n'
+              'x = torch.tensor(values, device=device)\nout = model.predict(x)\n')
+    signals = diagnose.read_code(placed)
+    assert "model_never_moved" not in signals
+    assert "model_moved" in signals
+    assert "model_moved" in diagnose.read_code(placed.replace("device_map=device", 'device_map="auto"'))
+    on_the_cpu = placed.replace("device_map=device", 'device_map="cpu"')
+    assert "model_never_moved" in diagnose.read_code(on_the_cpu)
+
+
+def test_an_augmentation_left_unmoved_names_no_lesson_alone() -> None:
+    """A data augmentation built and called on a device input, never moved, is no model left behind on its own
+    (most draw their parameters on the CPU as they run, moved or not): the message's candidates answer."""
+    message = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+    for code in ("from kornia import augmentation as augs\naug = augs.ColorJiggle(0.1)\nx = x.to('cuda')\naug(x)\n",
+                 "import kornia.augmentation as K\naug = K.ColorJiggle(0.1)\nx = x.to('cuda')\naug(x)\n",
+                 "aug = RandomSolarize(0.5, 0.1)\nx = torch.randn(2, 3, 8, 8).cuda()\naug(x)\n"):
+        assert "model_never_moved" not in diagnose.read_code(code), code
+        assert diagnose.diagnose(message, code).verdict == "ambiguous", code
+    model = "net = ColorNet(0.1)\nx = x.to('cuda')\nnet(x)\n"
+    assert "model_never_moved" in diagnose.read_code(model)
+
+
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:
     """An RNN's hidden state on another device than its input, raised inside the TorchScript interpreter: a
     state made in forward, whose device a trace recorded as a constant; both lessons are offered."""
