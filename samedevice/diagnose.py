@@ -721,8 +721,33 @@ def _tokenizer_outputs_moved(code: str) -> bool:
 
 def _clean(text: str) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
-    surrogateescape) becomes '?', and typographic quotes (a forum's, a word processor's) plain ones."""
-    return text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
+    surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, and a quoted
+    block's markers and Markdown's fences are dropped."""
+    text = text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
+    # a block quoted as a forum or an issue quotes it (`> Traceback ...`, `> > ...`), not Python's prompt `>>>`
+    text = re.sub(r"(?m)^(?:[ \t]*>(?!>>)[ \t]?)+", "", text)
+    text = re.sub(r"(?m)^[ \t]*(?:```|~~~)[\w+-]*[ \t]*(?:\n|$)", "", text)  # Markdown's fences around a block
+    return _frames_joined(text)
+
+
+def _frames_joined(text: str) -> str:
+    """A traceback's frame line wrapped over two to four (`File "/.../module.py",` then `line 541, in f`), as a
+    narrow terminal or an e-mail wraps it, joined again."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if re.search(r"(?<!\w)File(?:\s|$)|\.py\b|<ipython-input|Cell In\[", line) and not FRAME.search(line):
+            for j in range(i + 1, min(i + 4, len(lines))):
+                if FRAME.search(lines[j]):
+                    break  # the next frame: this line was no frame cut in two
+                joined = " ".join([line, *(part.strip() for part in lines[i + 1: j + 1])])
+                match = FRAME.search(joined)
+                if match and match.start() < len(line) < match.end():
+                    line, i = joined, j
+                    break
+        out.append(line)
+        i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def _without_prompts(code: str) -> str:
@@ -1334,12 +1359,27 @@ def raising_line(text: str) -> str:
     for i, line in enumerate(lines):
         arrow = ARROW.match(line)
         if arrow:
-            last = arrow.group("code")
+            last = _statement([arrow.group("code"), *lines[i + 1:]], 0, [False, *framed[i + 1:]])
         elif framed[i] and i + 1 < len(lines) and not framed[i + 1]:
-            last = lines[i + 1]
+            last = _statement(lines, i + 1, framed)
         elif i and re.match(r"\s*~+\s*<--- HERE", line):
             last = lines[i - 1]  # TorchScript marks the line that raised in its serialized code
     return last.strip()
+
+
+def _statement(lines: list[str], start: int, framed: list[bool]) -> str:
+    """The source line under a frame (or at IPython's arrow), and the lines that continue it while a bracket stays
+    open or it ends in an operator: a statement over several lines as Python 3.13 prints it, or a long line a
+    terminal wrapped."""
+    text = lines[start]
+    for j in range(start + 1, min(start + 4, len(lines))):
+        open_brackets = sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+        if (open_brackets <= 0 and not re.search(r"[-+*/%@,=(\[{\\]\s*$", text)) or framed[j] \
+                or not lines[j].strip() or ERROR_LINE.match(lines[j]) or re.match(r"\s*[~^]+\s*$", lines[j]) \
+                or re.match(r"\s*(?:-*>\s*)?\d+\s", lines[j]):  # IPython's next numbered line
+            break
+        text += " " + lines[j].strip()
+    return text
 
 
 def _fragment(code: str) -> tuple[str, ...]:
@@ -1571,6 +1611,7 @@ def _calls(text: str, facts: Facts) -> tuple[str, ...]:
 
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
+    text = _clean(text)
     facts = read(text, code)
     # a message that names two devices and dtypes, and the devices are one: the dtypes differ
     one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1

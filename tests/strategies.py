@@ -13,6 +13,8 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
+from samedevice.diagnose import FRAME
+
 # optimizer -> the flags it may take (each drawn independently where legal together)
 FLAGS: dict[str, dict[str, st.SearchStrategy]] = {
     "SGD": {"momentum": st.sampled_from([0.0, 0.9]), "nesterov": st.booleans(), "maximize": st.booleans()},
@@ -201,3 +203,27 @@ def training_setups(draw: st.DrawFn, *, devices: Sequence[str]) -> tuple[torch.d
     if draw(st.booleans()):
         objects["batch"] = {"x": torch.ones(3, 2, device=draw(st.sampled_from(devices)))}
     return torch.device(draw(st.sampled_from(devices))), objects
+
+
+# ---- pastes: an error as people paste it ------------------------------------------------------------
+
+@st.composite
+def pasted(draw: st.DrawFn, text: str) -> str:
+    """`text` as a person may paste it: each frame line wrapped at one or two of its spaces (a narrow terminal, an
+    e-mail), maybe the whole quoted (`> `, as a forum or an issue quotes it), maybe inside Markdown's fences,
+    maybe with Windows' line ends."""
+    lines = []
+    for line in text.split("\n"):
+        spaces = [i for i, c in enumerate(line) if c == " " and line[:i].strip()]
+        if FRAME.search(line) and spaces and draw(st.booleans()):
+            cuts = sorted(draw(st.lists(st.sampled_from(spaces), min_size=1, max_size=2, unique=True)))
+            starts, ends = [0, *(c + 1 for c in cuts)], [*cuts, len(line)]
+            lines += [line[a:b] for a, b in zip(starts, ends)]
+        else:
+            lines.append(line)
+    if draw(st.booleans()):
+        lines = ["> " + line if line else ">" for line in lines]
+    if draw(st.booleans()):
+        fence = draw(st.sampled_from(["```", "~~~"]))
+        lines = [fence + draw(st.sampled_from(["", "python", "text"])), *lines, fence]
+    return draw(st.sampled_from(["\n", "\r\n"])).join(lines)

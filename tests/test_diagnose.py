@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
 from pytest_parametrize_cases import Case, parametrize_cases
 
 from benchmarks.bench_diagnose import HELD_OUT_PATH, evaluate, expected_verdict, load
 from samedevice import cli, diagnose, registry
+from tests.strategies import pasted
 
 WORDINGS = parametrize_cases(
     Case("codegen_with_argument", text="RuntimeError: Expected all tensors to be on the same device, but found at least "
@@ -1732,3 +1735,38 @@ def test_what_the_seventeenth_batch_showed_unread() -> None:
     bare = diagnose.diagnose("RuntimeError: don't know how to restore data location of torch.HalfStorage (tagged with 0)")
     assert (bare.verdict, bare.matches) == ("not_in_catalog", ())
     assert bare.note.startswith("'0' is no device")
+
+
+def _reading(result: diagnose.Diagnosis) -> tuple[object, ...]:
+    """All a diagnosis concludes, and the facts it concludes from (not the message's text as flattened)."""
+    facts = result.facts
+    return (result.verdict, [m.slug for m in result.matches], facts.template, facts.kind, facts.devices,
+            facts.argument, facts.op, facts.frames, facts.code, facts.side, facts.site, facts.torch_version)
+
+
+PASTED_REPORTS = load() + load(HELD_OUT_PATH)
+
+
+@given(st.data())
+def test_a_paste_quoted_fenced_or_with_its_frames_wrapped_reads_as_the_traceback(data: st.DataObject) -> None:
+    """A real report's error reads the same quoted (`> `), inside Markdown's fences, with Windows' line ends, or
+    with its frame lines wrapped at their spaces, as a forum, an issue or a narrow terminal gives it."""
+    report = data.draw(st.sampled_from(PASTED_REPORTS), label="report")
+    text = data.draw(pasted(report["error"]), label="pasted")
+    note(report["id"])
+    assert _reading(diagnose.diagnose(text)) == _reading(diagnose.diagnose(report["error"]))
+
+
+def test_a_statement_over_several_lines_under_its_frame_is_read_whole() -> None:
+    """The line that raised is the statement under the deepest frame, its continuation lines included (Python 3.13
+    prints a statement over several lines; a narrow terminal wraps a long one), up to the caret line or the error."""
+    traceback = ('  File "train.py", line 9, in forward\n    scale = (x.std() +\n      torch.tensor(1e-6))\n'
+                 "    ~~~~~~~~^~~\nRuntimeError: Expected all tensors to be on the same device, but found at least "
+                 "two devices, cuda:0 and cpu!")
+    assert diagnose.raising_line(traceback) == "scale = (x.std() + torch.tensor(1e-6))"
+    assert "factory_raised" in diagnose.read(traceback).code
+    ipython = ("---> 68     idx = torch.arange(0,\n nnz).sub_(mask.cumsum(dim=0))\n     69 \n\nRuntimeError: "
+               "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")
+    assert diagnose.raising_line(ipython) == "idx = torch.arange(0, nnz).sub_(mask.cumsum(dim=0))"
+    whole = '  File "a.py", line 2, in f\n    return g(x)\n  File "b.py", line 5, in g\n    y = x + 1\nValueError: no'
+    assert diagnose.raising_line(whole) == "y = x + 1"
