@@ -1770,3 +1770,22 @@ def test_a_statement_over_several_lines_under_its_frame_is_read_whole() -> None:
     assert diagnose.raising_line(ipython) == "idx = torch.arange(0, nnz).sub_(mask.cumsum(dim=0))"
     whole = '  File "a.py", line 2, in f\n    return g(x)\n  File "b.py", line 5, in g\n    y = x + 1\nValueError: no'
     assert diagnose.raising_line(whole) == "y = x + 1"
+
+
+VERDICTS = {"scenario", "ambiguous", "not_device_error", "fixed_upstream", "not_in_catalog", "unknown"}
+# text with the pieces a diagnosis reads: messages' words, devices, frames, quotes, fences, brackets, code
+PIECES = st.sampled_from(["Expected all tensors to be on the same device", " cuda:0", " cpu", "!", "\n", "> ", "```",
+                          'File "a.py", line 3, in forward', "    x = torch.zeros(3)", "---> 12 ", "(", ")", "[",
+                          "self.w * x", "def forward(self, x):", "model.to(device)", "Traceback", "RuntimeError: ",
+                          "\r\n", "\t", "\\", '"', "'", "\ud800", "mps", "meta", "argument mat1", "wrapper_CUDA_addmm"])
+
+
+@given(st.lists(st.one_of(PIECES, st.text(max_size=8)), max_size=25).map("".join),
+       st.lists(st.one_of(PIECES, st.text(max_size=8)), max_size=15).map("".join))
+def test_any_text_gets_a_verdict_its_json_and_its_rendering(text: str, code: str) -> None:
+    """Whatever is pasted (fragments of messages, frames and code in any order, lone surrogates, control
+    characters), the diagnosis answers with one of its verdicts, JSON that parses, and text to print."""
+    result = diagnose.diagnose(text, code)
+    assert result.verdict in VERDICTS
+    assert json.loads(diagnose.as_json(result))["verdict"] == result.verdict
+    assert diagnose.render(result).strip()
