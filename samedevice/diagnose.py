@@ -246,6 +246,16 @@ TEMPLATES = (
     # DGL's own check: a feature tensor set on a graph (a batch) that stayed on another device
     _t("dgl_graph", "mismatch", r"Cannot assign (?:node|edge) feature \"?\w+\"? on device (?P<a>" + DEVICE
        + r") to a graph on device (?P<b>" + DEVICE + ")", "DGL's check that a feature is on its graph's device"),
+    # MPS's convolution given one tensor on the CPU (aten/src/ATen/native/mps/MPSFallback.mm, slow_conv2d_forward_mps:
+    # "input(device='cpu') and weight(device=mps:0')  must be on the same device", its quote missing as it prints it)
+    _t("mps_conv", "mismatch", r"input\(device='?(?P<a>" + DEVICE + r")'?\) and weight\(device='?(?P<b>" + DEVICE
+       + r")'?\)\s*must be on the same device", "MPS's convolution given its input and weight on two devices"),
+    # torch.compile's tracing runs each op on fake tensors (torch/_subclasses/fake_tensor.py) and checks their devices
+    # as eager's kernels would: "Unhandled FakeTensor Device Propagation for aten.add.Tensor, found two different
+    # devices cuda:0, cpu". The first device is the one met first, so it tells no side
+    _t("fake_devices", "mismatch", r"Unhandled FakeTensor Device Propagation for (?:aten\.)?(?P<op>\w+)(?:\.\w+)?, "
+       r"found two different devices (?P<a>" + DEVICE + r"), (?P<b>" + DEVICE + ")",
+       "torch.compile's tracing met two devices in one op, as eager's kernel would"),
     _t("named_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
@@ -381,6 +391,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "weights"  # the pipeline's device is its weights': on the CPU, or read as the CPU (offloaded)
     if template.name == "dgl_graph":
         return "input"  # a graph and its features: the batch, one part of it left behind
+    if template.name == "mps_conv":  # the input's device, then the weight's
+        return "input" if a == "cpu" else "weights"
     if template.name == "rnn_parameters":  # the input's device, then the weights'
         return "weights" if (groups.get("b") or "").lower() == "cpu" else "input"
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
@@ -1433,7 +1445,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
     if clues.pairs == ("two_accelerators",) and facts.pair is None and facts.kind in (None, "mismatch") \
             and not {"ranks", "split_model", "device_map"} & set(facts.code):
         return None  # a second accelerator, which neither the message nor the code shows (`.cuda()` is everywhere)
-    if facts.side is not None and clues.sides and facts.side not in clues.sides:
+    # on MPS, two device pickers leave either side on the CPU: the model is the one where the CUDA-only picker placed it
+    if facts.side is not None and clues.sides and facts.side not in clues.sides \
+            and not ("mps_device" in facts.frames and "mps_device" in clues.frames):
         return None
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
         return None  # state updated in place raises in the update's op, and the message names another
