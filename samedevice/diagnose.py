@@ -162,6 +162,14 @@ TEMPLATES = (
        r"(?P<b>torch\.cuda\.\w+Tensor)[^)]*\), but expected one of:.*?\((?:float value, )?"
        r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
+    # ... and a function's parser gave the types it got beside the ones it expected, where they differ in device
+    # alone (`got (torch.cuda.FloatTensor, int, torch.LongTensor), but expected (torch.cuda.FloatTensor source, int
+    # dim, torch.cuda.LongTensor index)`); _typed_argument reads which argument
+    _t("invalid_signature", "mismatch", r"\b(?:torch\.)?(?P<op>\w+) received an invalid combination of arguments - "
+       r"got (?=\((?:[^)]*(?<![.\w])torch\.(?P<t>[A-Z]\w*Tensor)[^)]*\).{0,400}?torch\.cuda\.(?P=t)\b"
+       r"|[^)]*torch\.cuda\.(?P<u>\w+Tensor)[^)]*\).{0,400}?(?<![.\w])torch\.(?P=u)\b))"
+       r"\((?P<got>[^)]*)\),? but expected (?P<sig>(?:one of:)?(?:\s*\*?\s*\([^)]*\))+)",
+       "a pre-0.4 function's argument parser: an argument of the right type on the wrong device"),
     # 1.x's TensorUtils checks (checkSameGPU, checkDeviceType), kept by cuDNN's and a few other kernels
     _t("same_gpu", "mismatch", r"Tensor for (?:argument #\d+ )?'(?P<arg>\w+)' is on (?P<b>CPU), "
        r"(?:Tensor for (?:argument #\d+ )?'\w+' is on CPU, )?but expected (?:it|them) to be on (?P<a>GPU|MPS) "
@@ -405,10 +413,26 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     if arg in INPUT_ARGUMENTS + WEIGHT_ARGUMENTS and (not op or re.search(LAYER_OPS, op)):
         named = {"codegen_named": a, "codegen": groups.get("b"), "legacy_device_type": groups.get("b"),
                  "legacy_backend": groups.get("b"), "same_gpu": groups.get("b"),
-                 "device_type": groups.get("b"), "mps_argument": groups.get("b")}.get(template.name)
+                 "device_type": groups.get("b"), "mps_argument": groups.get("b"),
+                 "invalid_signature": _device_of_legacy(groups.get("b") or "")}.get(template.name)
         if named:
             return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
     return None
+
+
+def _typed_argument(got: str, signatures: str) -> dict[str, str | None]:
+    """Where a pre-0.4 parser's message gave the types it got and the signatures it expected: the argument whose
+    type differs only in its device (`torch.LongTensor` given for `torch.cuda.LongTensor index`), the device the
+    signature wanted (a) and the one given (b)."""
+    given = [t.strip() for t in got.split(",")]
+    for signature in re.findall(r"\(([^)]*)\)", signatures):
+        params = [p.strip().split(" ") for p in signature.split(",")]
+        if len(params) != len(given):
+            continue
+        for typ, param in zip(given, params):
+            if typ != param[0] and typ.replace(".cuda.", ".") == param[0].replace(".cuda.", "."):
+                return {"a": param[0], "b": typ, "arg": param[-1] if len(param) > 1 else None}
+    return {"a": "torch.cuda.Tensor", "b": "torch.Tensor", "arg": None}  # a device differs; the message hides where
 
 
 def _device_of_legacy(name: str) -> str:
@@ -435,7 +459,7 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
 def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ...]:
     found = [groups.get(k) for k in ("a", "b", "a2", "b2")]
     names = [n for n in found if n]
-    if template.name in ("input_weight", "legacy_type", "invalid_combination"):
+    if template.name in ("input_weight", "legacy_type", "invalid_combination", "invalid_signature"):
         names = [_device_of_legacy(n) for n in names]
     if template.name == "same_gpu":  # the GPU (or MPS, whose kernels kept the check) the op runs on; no index
         names = ["mps" if groups.get("a") == "MPS" else "cuda", "cpu"]
@@ -1331,6 +1355,8 @@ def read(text: str, code: str = "") -> Facts:
     template, groups, message = read_message(text)
     if template is not None and template.name == "named_pair":  # the argument is the tensor on the CPU
         groups = {**groups, "arg": groups["n1"] if (groups["a"] or "").lower() == "cpu" else groups["n2"]}
+    if template is not None and template.name == "invalid_signature":
+        groups = {**groups, **_typed_argument(groups["got"] or "", groups["sig"] or "")}
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ()) \
@@ -1449,6 +1475,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
     if facts.side is not None and clues.sides and facts.side not in clues.sides \
             and not ("mps_device" in facts.frames and "mps_device" in clues.frames):
         return None
+    if facts.kind == "mismatch" and any(scenario.symptoms.get(d.split(":")[0]) == "none"
+                                        for d in facts.devices if not d.startswith("cpu")):
+        return None  # its broken code raises nothing on this accelerator (two pickers agree on CUDA: both say cuda)
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
         return None  # state updated in place raises in the update's op, and the message names another
     sites = [f for f in clues.frames if f in RAISE_SITES]

@@ -58,6 +58,13 @@ WORDINGS = parametrize_cases(
     Case("pre_0_4_argument_parser", text="TypeError: add_ received an invalid combination of arguments - got (int, "
          "torch.cuda.FloatTensor), but expected one of:\n * (float value)\n * (torch.FloatTensor other)\n * (float "
          "value, torch.FloatTensor other)", template="invalid_combination", devices=("cpu", "cuda"), argument="other"),
+    Case("pre_0_4_typed_signature", text="TypeError: torch.index_select received an invalid combination of arguments "
+         "- got (torch.cuda.FloatTensor, int, torch.LongTensor), but expected (torch.cuda.FloatTensor source, int dim, "
+         "torch.cuda.LongTensor index)", template="invalid_signature", devices=("cuda", "cpu"), argument="index"),
+    Case("pre_0_4_typed_signatures", text="TypeError: torch.mm received an invalid combination of arguments - got "
+         "(torch.FloatTensor, torch.cuda.FloatTensor), but expected one of:\n * (torch.FloatTensor source, "
+         "torch.FloatTensor mat2)\n * (torch.SparseFloatTensor source, torch.FloatTensor mat2)",
+         template="invalid_signature", devices=("cpu", "cuda"), argument="mat2"),
     Case("aten_type_names", text="RuntimeError: Input type (CUDAFloatTensor) and weight type (CPUFloatTensor) should "
          "be the same", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("mps_placeholder", text="RuntimeError: Placeholder storage has not been allocated on MPS device!",
@@ -348,6 +355,10 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     ("TypeError: add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor), but expected "
      "one of:\n * (float value)\n * (torch.FloatTensor other)", "fixed_upstream", "fixed upstream in PyTorch 0.4.0"),
     ("ValueError: too many values to unpack", "unknown", "no device error"),
+    # the parser's types differ in dtype alone: no device in it
+    ("TypeError: torch.mm received an invalid combination of arguments - got (torch.cuda.FloatTensor, "
+     "torch.cuda.LongTensor), but expected (torch.cuda.FloatTensor source, torch.cuda.FloatTensor mat2)", "unknown",
+     "no device error"),
     ("output with device cuda:0 and dtype Long doesn't match the desired device cuda:0 and dtype Float",
      "not_device_error", "differ in dtype"),
     ("RuntimeError: expected device cuda:0 and dtype Float but got device cuda:0 and dtype Long", "not_device_error",
@@ -490,7 +501,7 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     ('  File "/env/lib/python3.11/site-packages/torch/nn/modules/linear.py", line 125, in forward\n'
      "    return F.linear(input, self.weight, self.bias)\n" + TWO_DEVICES
      + " (when checking argument for argument mat1 in method wrapper_CUDA_addmm)",
-     "ema = torch.lerp(ema, cur, torch.tensor(0.9))\n", "ambiguous"),
+     "ema = torch.lerp(ema, cur, torch.tensor(0.9))\n", "scenario"),
     (TWO_DEVICES, "# a.lerp_(b, torch.tensor(0.5))\nout = model(x)\n", "ambiguous"),
     # a capturable optimizer on a shown 1.13 without a load: its parameters left on the CPU, the user's own
     ("AssertionError: If capturable=True, params and state_steps must be CUDA tensors.\ntorch==1.13.1",
@@ -1806,6 +1817,31 @@ def test_mps_s_convolution_check_names_the_side_left_on_the_cpu() -> None:
     assert "mps_device_pick" in [m.slug for m in legacy.matches[:3]]
     cuda = "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same"
     assert "mps_device_pick" not in [m.slug for m in diagnose.diagnose(cuda).matches]
+
+
+def test_a_lesson_whose_broken_code_raises_nothing_on_the_message_s_accelerator_is_no_candidate() -> None:
+    """Two device pickers agree on a CUDA machine (both say cuda): mps_device_pick's broken code raises there on
+    MPS and XPU alone (its registry symptoms), so a CUDA message never offers it; the same message on MPS or XPU
+    does."""
+    assert registry.get("mps_device_pick").symptoms["cuda"] == "none"
+    mat1 = MISMATCH + " (when checking argument for argument mat1 in method wrapper_CUDA_addmm)"
+    assert "mps_device_pick" not in [m.slug for m in diagnose.diagnose(mat1).matches]
+    for device in ("mps:0", "xpu:0"):
+        assert "mps_device_pick" in [m.slug for m in diagnose.diagnose(mat1.replace("cuda:0", device)).matches[:3]]
+    # a device the registry does not list (an NPU) excludes nothing
+    npu = mat1.replace("cuda:0", "npu:0").replace("CUDA", "NPU")
+    assert "mps_device_pick" in [m.slug for m in diagnose.diagnose(npu).matches]
+
+
+def test_a_pre_0_4_signature_names_the_argument_given_on_the_wrong_device() -> None:
+    """Before 0.4 a function's parser printed the types it got beside the signature it expected: the argument whose
+    type differs in its device alone is the one on the wrong device (an embedding's index on the CPU: the batch)."""
+    text = ("TypeError: torch.index_select received an invalid combination of arguments - got (torch.cuda.FloatTensor, "
+            "int, torch.LongTensor), but expected (torch.cuda.FloatTensor source, int dim, torch.cuda.LongTensor index)")
+    facts = diagnose.read(text)
+    assert (facts.op, facts.argument, facts.side) == ("index_select", "index", "input")
+    assert {"tokenizer_outputs", "batch_not_moved"} <= {m.slug for m in diagnose.diagnose(text).matches[:3]}
+    assert diagnose.diagnose(text).verdict != "fixed_upstream"  # no optimizer's state: 0.4's fix is not this
 
 
 def test_torch_compile_s_fake_tensor_device_check_is_a_mismatch_of_its_two_devices() -> None:
