@@ -99,8 +99,9 @@ TEMPLATES = (
     _t("oom", "oom", r"\b(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
-       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.!]{0,80}\b(?:memory|space)"  # within one sentence
-       r"|\b(?:memory|space)\b[^.!]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
+       # within one sentence, whole words (not `pin_memory=`, `memory_format=` of a quoted call)
+       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.!]{0,80}\b(?:memory|space)\b(?!_)"
+       r"|(?<!_)\b(?:memory|space)\b(?!_)[^.!]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
        "device 0 holds more memory than the others"),
     _t("dataparallel", "dataparallel",
        r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
@@ -751,8 +752,9 @@ def _tokenizer_outputs_moved(code: str) -> bool:
     a model's move (`from_pretrained(name).to(device)`), nor one of its tensors (`enc["input_ids"].to(device)`)."""
     if re.search(r"\btokenizer\w*\([^\n]*\)\.to\(|\{\s*\w+\s*:\s*\w+\.to\(", code):
         return True
-    bound = re.findall(r"(?m)^[ \t]*(\w+)\s*=\s*(?:[\w.]*\.)?\w*tokenizer\w*(?:\.\w+)?\(", code)
-    return any(re.search(rf"\b{re.escape(name)}\.to\(", code) for name in bound)
+    # bound to the call, or to a tensor made of its ids (`ids = torch.tensor([tokenizer.encode(text)])`)
+    bound = re.findall(r"(?m)^[ \t]*(\w+)\s*=\s*[^\n=]*?\b\w*tokenizer\w*(?:\.\w+)?\(", code)
+    return any(re.search(rf"\b{re.escape(name)}\.(?:to|cuda)\(", code) for name in bound)
 
 
 def _clean(text: str) -> str:
@@ -1451,8 +1453,12 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     operand = r"[-+*/@%]\s*\(?\s*self\.\w+\b(?!\s*[(.\[\w])|\bself\.\w+\b(?!\s*[(.\[\w])\s*\)?\s*(?:[-+*/@%](?!=))"
     if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
         found += ("attribute_raised",)
-    if re.search(r"\bCONSTANTS\.c\d+\b", line):
-        found += ("constant_raised",)  # TorchScript's serialized code reading a tensor the trace recorded
+    # TorchScript's serialized code reading a tensor the trace recorded, or a device it recorded as a constant
+    # (`device=torch.device("cpu")`: a traced `device=x.device` is written so, a scripted one reads the input's)
+    serialized = bool(frames) and frames[-1][0].startswith("code/__torch__")
+    recorded_device = serialized and re.search(r"\bdevice=torch\.device\(\s*[\"']", line) is not None
+    if re.search(r"\bCONSTANTS\.c\d+\b", line) or recorded_device:
+        found += ("constant_raised",)
     return found + (("local_indexed",) if local else ())
 
 
@@ -1689,7 +1695,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "shape or dtype its kernel does not take, or the driver. Run it once with "
                          "torch.backends.cudnn.flags(enabled=False) to see whether cuDNN is the cause; no device "
                          "lesson applies")
-    if facts.kind is None and (not facts.code or ERROR_LINE.search(text)):
+    if facts.kind is None and (not facts.code or _error_shown(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
     # a Distribution's 0-dim CPU parameters decide only in a message of a release that refused them
@@ -1764,6 +1770,15 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{scenario.clues.question}{more}")
     return Diagnosis(facts, "scenario", top, note=caveat)
+
+
+def _error_shown(text: str) -> bool:
+    """Whether the paste shows an error's line: not TorchScript's "The following operation failed in the TorchScript
+    interpreter.", which announces the error its traceback ends with (a paste cut before that end shows none)."""
+    return any(not INTERPRETER_FAILED.match(text, m.end()) for m in ERROR_LINE.finditer(text))
+
+
+INTERPRETER_FAILED = re.compile(r":\s*The following operation failed in the TorchScript interpreter")
 
 
 def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -> bool:
