@@ -99,9 +99,9 @@ TEMPLATES = (
     _t("oom", "oom", r"\b(?:CUDA|MPS|XPU|\w+:\d+)(?: backend| error:)? out of memory|OutOfMemoryError",
        "the device ran out of memory"),
     _t("device0_memory", "oom",
-       # within one sentence, whole words (not `pin_memory=`, `memory_format=` of a quoted call)
-       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.!]{0,80}\b(?:memory|space)\b(?!_)"
-       r"|(?<!_)\b(?:memory|space)\b(?!_)[^.!]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
+       # within one sentence, whole words (not `memory_format=` of a quoted call)
+       r"(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b[^.!]{0,80}\b(?:memory|space)\b"
+       r"|\b(?:memory|space)\b[^.!]{0,80}(?:GPU ?0|cuda:0|(?:main|primary|first) GPU)\b",
        "device 0 holds more memory than the others"),
     _t("dataparallel", "dataparallel",
        r"module must have its parameters and buffers on device (?P<a>" + DEVICE + r") \(device_ids\[0\]\) but found "
@@ -159,17 +159,18 @@ TEMPLATES = (
        "a pre-1.5 kernel's backend check"),
     # before 0.4 the argument parser named the tensors' types: a CUDA tensor given where the CPU self's method
     # expects a CPU one ("add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor)")
-    _t("invalid_combination", "mismatch", r"\b(?P<op>\w+) received an invalid combination of arguments - got \([^)]*?"
-       r"(?P<b>torch\.cuda\.\w+Tensor)[^)]*\), but expected one of:.*?\((?:float value, )?"
+    _t("invalid_combination", "mismatch", r"\b(?P<op>\w+) received an invalid combination of arguments - got "
+       r"\([^)]{0,300}?(?P<b>torch\.cuda\.\w{0,40}Tensor)[^)]{0,300}\), but expected one of:.{0,600}?\((?:float value, )?"
        r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
     # ... and a function's parser gave the types it got beside the ones it expected, where they differ in device
     # alone (`got (torch.cuda.FloatTensor, int, torch.LongTensor), but expected (torch.cuda.FloatTensor source, int
     # dim, torch.cuda.LongTensor index)`); _typed_argument reads which argument
     _t("invalid_signature", "mismatch", r"\b(?:torch\.)?(?P<op>\w+) received an invalid combination of arguments - "
-       r"got (?=\((?:[^)]*(?<![.\w])torch\.(?P<t>[A-Z]\w*Tensor)[^)]*\).{0,400}?torch\.cuda\.(?P=t)\b"
-       r"|[^)]*torch\.cuda\.(?P<u>\w+Tensor)[^)]*\).{0,400}?(?<![.\w])torch\.(?P=u)\b))"
-       r"\((?P<got>[^)]*)\),? but expected (?P<sig>(?:one of:)?(?:\s*\*?\s*\([^)]*\))+)",
+       # (bounded: a lookahead over an unclosed list must not backtrack without end; 0.3 marks the wrong one `!T!`)
+       r"got (?=\((?:[^)]{0,300}?(?<![.\w])torch\.(?P<t>[A-Z]\w{0,40}Tensor)[^)]{0,300}\).{0,400}?torch\.cuda\.(?P=t)\b"
+       r"|[^)]{0,300}?torch\.cuda\.(?P<u>\w{0,40}Tensor)[^)]{0,300}\).{0,400}?(?<![.\w])torch\.(?P=u)\b))"
+       r"\((?P<got>[^)]{0,300})\),? but expected (?P<sig>(?:one of:)?(?:\s*\*?\s*\([^)]{0,300}\)){1,12})",
        "a pre-0.4 function's argument parser: an argument of the right type on the wrong device"),
     # 1.x's TensorUtils checks (checkSameGPU, checkDeviceType), kept by cuDNN's and a few other kernels
     _t("same_gpu", "mismatch", r"Tensor for (?:argument #\d+ )?'(?P<arg>\w+)' is on (?P<b>CPU), "
@@ -186,7 +187,7 @@ TEMPLATES = (
        "a 1.x kernel's check of a tensor's device type (TensorUtils.cpp, checkDeviceType, checkBackend)"),
     # before 0.4 a CUDA THNN function (a loss's, a layer's) named the types it got: a CPU one among them
     _t("thnn_cpu_argument", "mismatch", r"Cuda(?P<op>\w+?)_update\w+ received an invalid combination of arguments - "
-       r"got \((?=[^)]*torch\.cuda\.\w+Tensor)(?=[^)]*(?<![.\w])(?P<b>torch\.(?!cuda)[A-Z]\w*))",
+       r"got \((?=[^)]{0,600}?torch\.cuda\.\w{0,40}Tensor)(?=[^)]{0,600}?(?<![.\w])(?P<b>torch\.(?!cuda)[A-Z]\w*))",
        "a pre-0.4 CUDA THNN function given a CPU tensor"),
     _t("different_gpus", "mismatch", r"arguments are located on different GPUs",
        "a pre-1.0 THC kernel's check: two GPUs"),
@@ -425,7 +426,7 @@ def _typed_argument(got: str, signatures: str) -> dict[str, str | None]:
     """Where a pre-0.4 parser's message gave the types it got and the signatures it expected: the argument whose
     type differs only in its device (`torch.LongTensor` given for `torch.cuda.LongTensor index`), the device the
     signature wanted (a) and the one given (b)."""
-    given = [t.strip() for t in got.split(",")]
+    given = [t.strip().strip("!") for t in got.split(",")]  # 0.3 marks the argument it refused: `!torch.LongTensor!`
     for signature in re.findall(r"\(([^)]*)\)", signatures):
         params = [p.strip().split(" ") for p in signature.split(",")]
         if len(params) != len(given):
@@ -753,8 +754,9 @@ def _tokenizer_outputs_moved(code: str) -> bool:
     if re.search(r"\btokenizer\w*\([^\n]*\)\.to\(|\{\s*\w+\s*:\s*\w+\.to\(", code):
         return True
     # bound to the call, or to a tensor made of its ids (`ids = torch.tensor([tokenizer.encode(text)])`)
-    bound = re.findall(r"(?m)^[ \t]*(\w+)\s*=\s*[^\n=]*?\b\w*tokenizer\w*(?:\.\w+)?\(", code)
-    return any(re.search(rf"\b{re.escape(name)}\.(?:to|cuda)\(", code) for name in bound)
+    bound = re.findall(r"(?m)^[ \t]*(\w+)\s*=\s*(?:torch\.(?:tensor|as_tensor|LongTensor)\(\s*\[?\s*)?"
+                       r"(?:[\w.]*\.)?\w*tokenizer\w*(?:\.\w+)?\(", code)
+    return bool(set(bound) & set(re.findall(r"\b(\w+)\.(?:to|cuda)\(", code)))
 
 
 def _clean(text: str) -> str:
@@ -1481,9 +1483,12 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
     if facts.side is not None and clues.sides and facts.side not in clues.sides \
             and not ("mps_device" in facts.frames and "mps_device" in clues.frames):
         return None
+    # its broken code raises nothing on this accelerator (two pickers agree on CUDA: both say cuda), unless the code
+    # shows its case (a picker that knows only MPS, on a CUDA machine)
     if facts.kind == "mismatch" and any(scenario.symptoms.get(d.split(":")[0]) == "none"
-                                        for d in facts.devices if not d.startswith("cpu")):
-        return None  # its broken code raises nothing on this accelerator (two pickers agree on CUDA: both say cuda)
+                                        for d in facts.devices if not d.startswith("cpu")) \
+            and not set(clues.code) & set(facts.code):
+        return None
     if "state" in clues.sides and facts.op and not re.search(UPDATE_OPS, facts.op):
         return None  # state updated in place raises in the update's op, and the message names another
     sites = [f for f in clues.frames if f in RAISE_SITES]

@@ -296,7 +296,7 @@ def test_a_device_the_trace_recorded_on_the_line_that_raised_puts_the_trace_firs
     """A trace writes `device=x.device` into its serialized code as the constant it saw (`device=torch.device(
     "cuda:0")`); on the line that raised, the traced constant comes first. The interpreter's "The following
     operation failed" announces the error at the traceback's end: cut before it, the frames' candidates come with a
-    note that no message was read. `pin_memory=` and `memory_format=` in the code are no memory message."""
+    note that no message was read. `memory_format=` in the code is no memory message."""
     result = diagnose.diagnose(SERIALIZED + end)
     assert "constant_raised" in result.facts.code
     assert result.facts.kind == ("mismatch" if end else None)
@@ -341,6 +341,11 @@ def test_a_tokenizer_s_outputs_moved_whole_speak_against_its_lesson() -> None:
     wrapped = 'ids = torch.tensor([tokenizer.encode("Hi")])\nids = ids.to("cuda")\nmodel(ids)\n'
     assert "tokenizer_moved" in diagnose.read_code(wrapped)
     assert "tokenizer_not_moved" in diagnose.read_code(wrapped.replace('ids = ids.to("cuda")\n', ""))
+    assert "tokenizer_moved" in diagnose.read_code(wrapped.replace('ids.to("cuda")', "ids.cuda()"))
+    # a model sized by the tokenizer is no output of it
+    sized = ('model = Classifier(len(tokenizer.get_vocab()), 256)\nmodel.to(device)\n'
+             'enc = tokenizer(t, return_tensors="pt")\nmodel(enc["input_ids"])\n')
+    assert "tokenizer_not_moved" in diagnose.read_code(sized)
 
 
 def test_a_layer_called_by_a_tuple_key_is_in_a_plain_dict() -> None:
@@ -1862,6 +1867,10 @@ def test_a_lesson_whose_broken_code_raises_nothing_on_the_message_s_accelerator_
     assert "mps_device_pick" not in [m.slug for m in diagnose.diagnose(mat1).matches]
     for device in ("mps:0", "xpu:0"):
         assert "mps_device_pick" in [m.slug for m in diagnose.diagnose(mat1.replace("cuda:0", device)).matches[:3]]
+    # unless the code shows the lesson's case: a picker that knows only MPS, on a CUDA machine
+    mps_only = ('device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")\n'
+                "model.to(device)\nout = model(x.cuda())\n")
+    assert "mps_device_pick" in [m.slug for m in diagnose.diagnose(mat1, mps_only).matches]
     # a device the registry does not list (an NPU) excludes nothing
     npu = mat1.replace("cuda:0", "npu:0").replace("CUDA", "NPU")
     assert "mps_device_pick" in [m.slug for m in diagnose.diagnose(npu).matches]
@@ -1876,6 +1885,18 @@ def test_a_pre_0_4_signature_names_the_argument_given_on_the_wrong_device() -> N
     assert (facts.op, facts.argument, facts.side) == ("index_select", "index", "input")
     assert {"tokenizer_outputs", "batch_not_moved"} <= {m.slug for m in diagnose.diagnose(text).matches[:3]}
     assert diagnose.diagnose(text).verdict != "fixed_upstream"  # no optimizer's state: 0.4's fix is not this
+    # 0.3 marked the argument it refused with `!`
+    marked = diagnose.read(text.replace("int, torch.LongTensor)", "int, !torch.LongTensor!)"))
+    assert (marked.template, marked.argument, marked.side) == ("invalid_signature", "index", "input")
+
+
+@pytest.mark.parametrize("types", ["torch.FloatTensor, ", "torch.cuda.FloatTensor, ", "torch.cuda.FloatTensor, int, "])
+@pytest.mark.parametrize("parser", ["torch.index_select", "CudaClassNLLCriterion_updateOutput", "add_"])
+def test_a_parser_s_list_of_types_left_unclosed_is_read_in_one_pass(parser: str, types: str) -> None:
+    """The parser's templates look ahead over the list of types it got: bounded, so a list pasted without its end
+    (or a log that repeats a type for 300 KB) is read at once, not backtracked over for minutes."""
+    text = f"TypeError: {parser} received an invalid combination of arguments - got (" + types * 12000
+    assert diagnose.diagnose(text).verdict in VERDICTS
 
 
 def test_torch_compile_s_fake_tensor_device_check_is_a_mismatch_of_its_two_devices() -> None:
