@@ -160,8 +160,8 @@ TEMPLATES = (
     # before 0.4 the argument parser named the tensors' types: a CUDA tensor given where the CPU self's method
     # expects a CPU one ("add_ received an invalid combination of arguments - got (int, torch.cuda.FloatTensor)")
     _t("invalid_combination", "mismatch", r"\b(?P<op>\w+) received an invalid combination of arguments - got "
-       r"\([^)]{0,300}?(?P<b>torch\.cuda\.\w{0,40}Tensor)[^)]{0,300}\), but expected one of:.{0,600}?\((?:float value, )?"
-       r"(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
+       r"\([^)]{0,300}?(?P<b>torch\.cuda\.\w{0,40}Tensor)[^)]{0,300}\), but expected one of:.{0,600}?"
+       r"\((?:float value, )?(?P<a>torch\.(?!cuda)\w+Tensor) (?P<arg>other)\)",
        "a pre-0.4 method's argument parser: a CUDA tensor where the CPU tensor's method wants a CPU one"),
     # ... and a function's parser gave the types it got beside the ones it expected, where they differ in device
     # alone (`got (torch.cuda.FloatTensor, int, torch.LongTensor), but expected (torch.cuda.FloatTensor source, int
