@@ -1555,6 +1555,8 @@ CODE_WHY = {
     "cpu_input": "the model is run on an input made on the CPU and never moved",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",
+    "constant_raised": "the line that raised reads a constant the trace recorded (`CONSTANTS.c0`, "
+                       "`device=torch.device(\"cpu\")` in TorchScript's serialized code)",
     "factory_no_device": "the lines pasted make a tensor without device= and move nothing",
     "attribute_raised": "the line that raised reads a tensor attribute of the module (`self.<name>`)",
     "custom_optimizer": "an optimizer of its own",
