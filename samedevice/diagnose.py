@@ -1562,6 +1562,34 @@ CODE_WHY = {
     "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",
     "hf_model": "a Hugging Face model is loaded or run (from_pretrained, generate, pipeline)",
+    "sgd": "an SGD optimizer", "adam": "an Adam or AdamW optimizer", "adagrad": "an Adagrad optimizer",
+    "tokenizer_moved": "the tokenizer's output is moved whole", "pos_weight": "a loss is given pos_weight=",
+    "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
+    "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
+    "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",
+    "shuffle": "a DataLoader shuffles (shuffle=True)", "dataparallel": "the model is wrapped in nn.DataParallel",
+    "ddp": "the model is wrapped in DistributedDataParallel",
+    "jit_trace": "the model is traced or exported (torch.jit.trace, torch.export, torch.onnx.export)",
+    "meta": "a model is built on the meta device (device='meta', init_empty_weights, low_cpu_mem_usage, to_empty)",
+    "assign_true": "a state dict is loaded with assign=True", "ema": "an EMA (shadow) copy of the weights",
+    "device_map": "a model is loaded with a device map", "offload": "parts of the model are offloaded to the CPU "
+    "(cpu_offload, enable_*_cpu_offload, an execution device)",
+    "split_model": "parts of one model are placed on devices of their own (a device map, a submodule moved alone)",
+    "index_less": "'cuda' without an index (`.cuda()`, `.to('cuda')`): the current device, cuda:0 unless set",
+    "ranks": "ranks or a device index past 0 (local_rank, set_device, cuda:1)",
+    "processes": "several processes (init_process_group, LOCAL_RANK, DistributedDataParallel, spawn, torchrun)",
+    "cpu_device": "the device is chosen as the CPU", "cpu_host": "the CPU is chosen as the device or the load's map",
+    "mps": "Apple's MPS device", "capturable_fused": "an optimizer made with capturable=True or fused=True",
+    "head_replaced": "a model's head (fc, classifier, head) is replaced by a new layer",
+    "lookup_table": "a schedule's table (alphas, betas, sigmas, timesteps) is indexed",
+    "batch_loop": "batches are read from a loader in a loop", "device_check": "the code reads a module's device "
+    "from its parameters (`next(model.parameters()).device`)",
+    "moves_inputs": "the inputs are moved to the device", "lengths_list": "pack_padded_sequence is given its lengths "
+    "as a list", "pack_sequence": "pack_sequence is called", "compiled": "the model is compiled (torch.compile)",
+    "distribution_cpu": "a Distribution is built from a tensor made without device=",
+    "distribution_scalar": "a Distribution is built from Python numbers",
+    "lerp_cpu_scalar": "lerp's weight is a 0-dim tensor made on the CPU",
+    "draw_device_given": "a random draw is given its generator and its device",
 }
 
 

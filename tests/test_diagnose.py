@@ -4,6 +4,7 @@ gives, its command line, and its accuracy on the real reports in tests/data (the
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -200,6 +201,24 @@ def test_a_traceback_and_its_code_name_the_scenario_and_say_why() -> None:
     assert "the code: a state dict is loaded before the model is moved" in top.why
     assert top.confirm.startswith("audit.misplaced(")
     assert top.fix == "samedevice show sgd_momentum"
+
+
+def test_every_signal_of_the_code_is_given_in_words() -> None:
+    """A reason reads as words ("the model is traced or exported"), never as a signal's name ("jit_trace"): every
+    signal the code is read for (the text rules, the ast rules' names) and every one a scenario claims, leans to or
+    counts against has its words; a lean that is a frame reads as the frame it passes through."""
+    source = Path(diagnose.__file__).read_text()
+    produced = set(diagnose.SIGNALS) | set(re.findall(r'(?:found|signals)\.append\("(\w+)"\)', source)) \
+        | set(re.findall(r'return \["(\w+)"\]', source))
+    claimed = {signal for s in registry.SCENARIOS for signal in (*s.clues.code, *s.clues.against)} \
+        | {lean for s in registry.SCENARIOS for lean in s.clues.leans if lean not in diagnose.FRAMES}
+    assert {"jit_trace", "plain_tensor_attr", "load_before_move"} <= produced | claimed  # the scan reads them
+    assert sorted((produced | claimed) - set(diagnose.CODE_WHY) - set(diagnose.FRAMES)) == []
+    traced = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                               "devices, cuda:0 and cpu!", "traced = torch.jit.trace(model, example)\n")
+    assert traced.matches[0].slug == "traced_device_constant"
+    assert "the code: the model is traced or exported (torch.jit.trace, torch.export, torch.onnx.export)" \
+        in traced.matches[0].why
 
 
 def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
