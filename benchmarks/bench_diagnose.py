@@ -13,7 +13,9 @@ the reporter pasted (error and code), and with the error text alone.
   design, the lesson is cuda_checkpoint_on_cpu_host") is the first answer, the scenario it names the second.
 - the rest: a label that is no scenario of the registry (not in the catalog, fixed upstream, not a
   device error, or a failure mode the catalog does not teach yet); right when the verdict says so and
-  names no lesson ("not_in_catalog" and the slugs the catalog lacks: not_in_catalog).
+  names no lesson ("not_in_catalog" and the slugs the catalog lacks: not_in_catalog). Counted beside it:
+  how many of them were given one lesson (the verdict "scenario"), which is wrong; the others were given a
+  list of candidates and the question that tells them apart, or another verdict.
 - one lesson named: the reports whose verdict is "scenario" (one lesson, not a list of candidates), and how
   often that lesson is the label: what a person who trusts a confident answer can expect of it.
 The time is one `samedevice diagnose` process, start to exit, median of 5 (it imports no torch).
@@ -56,7 +58,7 @@ def expected_verdict(label: str) -> str:
 
 def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
     slugs = set(registry.slugs())
-    covered = top1 = top3 = rest = rest_right = confident = confident_right = 0
+    covered = top1 = top3 = rest = rest_right = rest_named = confident = confident_right = 0
     misses = []
     for r in reports:
         d = diagnose.diagnose(r["error"], (r["code"] or "") if with_code else "")
@@ -75,10 +77,11 @@ def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
             rest += 1
             right = d.verdict == expected_verdict(r["label"])
             rest_right += right
+            rest_named += d.verdict == "scenario"  # a wrong lesson named alone, not a list of candidates
             if not right:
                 misses.append((r["id"], r["label"], d.verdict, ranked[:3]))
     return {"covered": covered, "top1": round(top1 / covered, 3), "top3": round(top3 / covered, 3),
-            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None,
+            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None, "rest_named": rest_named,
             "confident": confident, "confident_right": round(confident_right / confident, 3) if confident else None,
             "misses": misses}
 
@@ -109,7 +112,8 @@ def main() -> None:
     for name in ("with_code", "error_only", "held_out_with_code", "held_out_error_only"):
         row = result[name]
         print(f"{name:19}: covered {row['covered']}: top-1 {row['top1']:.0%}, top-3 {row['top3']:.0%}; "
-              f"the rest {row['rest']}: {row['rest_right']:.0%} answered right; one lesson named "
+              f"the rest {row['rest']}: {row['rest_right']:.0%} answered right, {row['rest_named']} given one (wrong) "
+              f"lesson; one lesson named "
               f"{row['confident']} times: {row['confident_right']:.0%} right")
         if args.show_misses:
             for miss in row["misses"]:
