@@ -1424,8 +1424,9 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 66 of 189 with the code, 62 without (of the tenth to twenty-fourth batches' 135, 14 were right on arrival)
     assert result["rest_right"] >= {True: 0.34, False: 0.32}[with_code], result["misses"]
-    # the others were given candidates and a question, but these few were given one lesson, a wrong one: most a
-    # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it)
+    # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
+    # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
+    # library's own code that does what a lesson shows (a device map, an offload hook, a trace) and breaks elsewhere
     assert result["rest_named"] <= {True: 9, False: 6}[with_code], result["misses"]
     # one lesson named: 161 of 173 right with the code, 123 of 131 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
