@@ -664,7 +664,7 @@ SIGNALS = {
                       r"|set_default_tensor_type\([^)\n]*cuda)",
     "shuffle": r"\bshuffle\s*=\s*True",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
-    "jit_trace": r"\bjit\.trace\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
+    "jit_trace": r"\bjit\.trace(?:_module)?\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow",
@@ -741,6 +741,12 @@ def read_code(code: str) -> tuple[str, ...]:
     # registered another way (DataParallel's replicas miss them even then)
     if re.search(r"(?m)^[^#\n]*\bself\.\w+\[\s*\([^\]\n,]{0,200},[^\]\n]{0,200}\)\s*\]\s*\(", code):
         found.append("plain_list_layers")
+    # a layer put in an item of a container attribute (`self.metrics["acc"] = Accuracy()`): a plain dict's item is
+    # no submodule, unless the code shows the container made a ModuleDict, ModuleList or Sequential
+    for name, cls in re.findall(r"(?m)^[^#\n]*\bself\.(\w+)\[[^\]\n]{1,200}\]\s*=\s*((?:\w+\.){0,3}[A-Z]\w*)\(", code):
+        if (re.fullmatch(LAYER, cls) or re.fullmatch(MODULE_CLASS, cls.split(".")[-1])) and not re.search(
+                rf"\bself\.{name}\s*(?::[^=\n]*)?=\s*(?:\w+\.)*(?:ModuleDict|ModuleList|Sequential)\(", code):
+            found.append("plain_list_layers")
     return tuple(dict.fromkeys(found))
 
 

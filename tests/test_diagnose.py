@@ -373,6 +373,25 @@ def test_a_layer_called_by_a_tuple_key_is_in_a_plain_dict() -> None:
     assert "plain_list_layers" not in diagnose.read_code('x = self.convs["upconv_0"](x)\n')
 
 
+@pytest.mark.parametrize(("code", "plain"), [
+    ("self.metrics['accuracy'] = Accuracy()\n", True),
+    ("self.heads[name] = nn.Linear(16, 2)\n", True),
+    ("self.metrics = nn.ModuleDict()\nself.metrics['accuracy'] = Accuracy()\n", False),
+    ("self.blocks: nn.ModuleList = nn.ModuleList(blocks)\nself.blocks[0] = ResBlock(64)\n", False),
+    ("self.cache[key] = torch.zeros(3)\n", False),  # a tensor in a dict: no layer
+    ("self.weights[0] = Tensor(3)\n", False),
+])
+def test_a_layer_put_in_an_item_of_a_plain_container_is_no_submodule(code: str, plain: bool) -> None:
+    """`self.metrics["acc"] = Accuracy()` puts a module in a dict's item: unless the code shows that dict made a
+    ModuleDict (or the list a ModuleList), it is a plain one, and `.to()` never reaches the module."""
+    assert ("plain_list_layers" in diagnose.read_code(code)) is plain
+
+
+def test_a_module_traced_by_trace_module_is_traced() -> None:
+    """torch.jit.trace_module records the devices it saw as torch.jit.trace does."""
+    assert "jit_trace" in diagnose.read_code("m = torch.jit.trace_module(Net(), dict(forward=(x,)))\n")
+
+
 def test_an_exported_program_moved_to_the_device_is_the_traced_constant_s_case() -> None:
     """torch.export's entry points (`export_for_training`) are an export, and the module an exported program gives
     (`a = exported.module()`), moved with `.to`, is a model moved: a CPU hidden state is the recorded constant."""
