@@ -872,6 +872,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
+    if any(_move_discarded(n) for n in ast.walk(tree)):
+        found.append("move_discarded")
     assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
     events = _bindings(assigns, calls)
     if _called_on_device(tree, calls, assigns, events):
@@ -887,6 +889,20 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     return found
+
+
+# the names inputs go by (`x`, `inputs`, `img`, `batch`, `labels`): tensors, not modules
+DATA_NAME = r"(?:x|inputs?|images?|imgs?|data|batch|labels?|targets?|input_ids|masks?|features?)\w*"
+
+
+def _move_discarded(node: ast.AST) -> bool:
+    """`img.to(device)` on a line of its own: Tensor.to returns the moved tensor and leaves the one it was called on
+    where it was (only a module's .to moves in place), so an input whose move is not assigned stays on the CPU."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute) and isinstance(node.value.func.value, ast.Name)):
+        return False
+    call, receiver = node.value, node.value.func.value.id
+    return call.func.attr in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and _to_a_device(call)
 
 
 def _models_loaded(tree: ast.AST) -> set[str]:
@@ -1149,6 +1165,9 @@ def _text_signals(code: str) -> list[str]:
                      r"|['\"]cpu|\))))", code)
     if move is not None:
         found.append("model_moved")
+    if re.search(r"(?m)^[ \t`>]*" + DATA_NAME + r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long"
+                 r"|bool)|dtype\s*=|['\"]cpu|\))))[^\n]*\)[ \t`;]*$", code):
+        found.append("move_discarded")  # as the ast rule reads it (_move_discarded)
     if load and move is not None and load.start() < move.start():
         found.append("load_before_move")
     return found
@@ -1596,6 +1615,8 @@ CODE_WHY = {
     "distribution_scalar": "a Distribution is built from Python numbers",
     "lerp_cpu_scalar": "lerp's weight is a 0-dim tensor made on the CPU",
     "draw_device_given": "a random draw is given its generator and its device",
+    "move_discarded": "an input's move is not assigned (`img.to(device)` on its own line): Tensor.to returns the "
+                      "moved tensor and leaves the one it was called on where it was",
 }
 
 

@@ -387,6 +387,23 @@ def test_a_layer_put_in_an_item_of_a_plain_container_is_no_submodule(code: str, 
     assert ("plain_list_layers" in diagnose.read_code(code)) is plain
 
 
+@pytest.mark.parametrize(("code", "discarded"), [
+    ("img = tfms(Image.open(path)).unsqueeze(0)\nimg.to(device)\nmodel.to(device)\nout = model(img)\n", True),
+    ("`img.to(device)`\n`model.to(device)`\n`outputs = model(img)`", True),  # a fragment: read as text
+    ("inputs = inputs.to(device)\nmodel.to(device)\n", False),  # assigned
+    ("criterion.cuda()\nmodel.to(device)\n", False),  # a module's move is in place
+    ("x.to(torch.float16)\n", False),  # a cast
+])
+def test_an_input_s_move_not_assigned_leaves_the_input_behind(code: str, discarded: bool) -> None:
+    """`img.to(device)` on a line of its own returns the moved tensor and drops it: the input stays on the CPU, a
+    batch never moved (a module's `.to` moves in place, and a cast moves nothing)."""
+    assert ("move_discarded" in diagnose.read_code(code)) is discarded
+    if discarded:
+        result = diagnose.diagnose("RuntimeError: Input type (torch.FloatTensor) and weight type "
+                                   "(torch.cuda.FloatTensor) should be the same", code)
+        assert (result.verdict, result.matches[0].slug) == ("scenario", "batch_not_moved")
+
+
 def test_a_module_traced_by_trace_module_is_traced() -> None:
     """torch.jit.trace_module records the devices it saw as torch.jit.trace does."""
     assert "jit_trace" in diagnose.read_code("m = torch.jit.trace_module(Net(), dict(forward=(x,)))\n")
