@@ -349,7 +349,8 @@ class Facts:
     frames: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
     torch_version: str | None = None
-    # what is on the CPU: "input" (the batch), "weights" (the model's), "state" (updated in place)
+    # what is on the CPU: "input" (the batch), "weights" (the model's), "state" (updated in place), "table" (the
+    # tensor a gather reads from, its index on the device)
     side: str | None = None
     site: str | None = None  # the deepest frame of RAISE_SITES: where the error was raised
 
@@ -419,6 +420,11 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
                  "invalid_signature": _device_of_legacy(groups.get("b") or "")}.get(template.name)
         if named:
             return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
+    # a gather's (or take's) index on the device and the tensor it reads from on the CPU: a table left behind
+    if arg in ("index", "indices") and op and re.search(r"(?:^|_)(?:gather|take)$", op):
+        named = {"codegen_named": a, "codegen": groups.get("b")}.get(template.name)
+        if named and named.lower() != "cpu" and "cpu" in (a, (groups.get("b") or "").lower()):
+            return "table"
     return None
 
 
@@ -901,8 +907,8 @@ def _move_discarded(node: ast.AST) -> bool:
     if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
             and isinstance(node.value.func, ast.Attribute) and isinstance(node.value.func.value, ast.Name)):
         return False
-    call, receiver = node.value, node.value.func.value.id
-    return call.func.attr in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and _to_a_device(call)
+    call, method, receiver = node.value, node.value.func.attr, node.value.func.value.id
+    return method in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and _to_a_device(call)
 
 
 def _models_loaded(tree: ast.AST) -> set[str]:

@@ -404,6 +404,28 @@ def test_an_input_s_move_not_assigned_leaves_the_input_behind(code: str, discard
         assert (result.verdict, result.matches[0].slug) == ("scenario", "batch_not_moved")
 
 
+@pytest.mark.parametrize("message", [
+    # c10's common_device_check_failure: the common device first, the argument's second; 2.8+ names the argument's
+    "Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0! (when checking "
+    "argument for argument index in method wrapper_gather)",
+    "Expected all tensors to be on the same device, but got index is on cuda:0, different from other tensors on cpu "
+    "(when checking argument in method wrapper_CUDA_gather)",
+], ids=["codegen", "codegen_2_8"])
+def test_a_gather_s_index_on_the_device_reads_a_table_left_on_the_cpu(message: str) -> None:
+    """A gather whose index is on the device and whose source is on the CPU reads a table left behind (a schedule
+    indexed by timesteps): the lookup table's lesson first, and no lesson whose input stayed on the CPU. The index
+    on the CPU is no table's case."""
+    result = diagnose.diagnose(message)
+    assert result.facts.side == "table"
+    assert [m.slug for m in result.matches][:1] == ["cpu_lookup_table"]
+    assert not {"batch_not_moved", "tokenizer_outputs"} & {m.slug for m in result.matches}
+    flipped = diagnose.diagnose(message.replace("cpu and cuda:0", "cuda:0 and cpu").replace(
+        "index is on cuda:0, different from other tensors on cpu", "index is on cpu, different from other tensors on "
+        "cuda:0"))
+    assert flipped.facts.side != "table"
+    assert "cpu_lookup_table" not in [m.slug for m in flipped.matches][:1]
+
+
 def test_a_module_traced_by_trace_module_is_traced() -> None:
     """torch.jit.trace_module records the devices it saw as torch.jit.trace does."""
     assert "jit_trace" in diagnose.read_code("m = torch.jit.trace_module(Net(), dict(forward=(x,)))\n")
