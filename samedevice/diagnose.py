@@ -421,7 +421,7 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         if named:
             return "input" if (arg in INPUT_ARGUMENTS) == (named.lower() == "cpu") else "weights"
     # a gather's (or take's) index on the device and the tensor it reads from on the CPU: a table left behind
-    if arg in ("index", "indices") and op and re.search(r"(?:^|_)(?:gather|take)$", op):
+    if arg in ("index", "indices") and op and re.search(r"(?:^|_)(?:gather|take)(?:_out|_along_dim)?$", op):
         named = {"codegen_named": a, "codegen": groups.get("b")}.get(template.name)
         if named and named.lower() != "cpu" and "cpu" in (a, (groups.get("b") or "").lower()):
             return "table"
@@ -749,9 +749,10 @@ def read_code(code: str) -> tuple[str, ...]:
         found.append("plain_list_layers")
     # a layer put in an item of a container attribute (`self.metrics["acc"] = Accuracy()`): a plain dict's item is
     # no submodule, unless the code shows the container made a ModuleDict, ModuleList or Sequential
+    registered = set(re.findall(r"(?m)^[^#\n]*\bself\.(\w+)\s*(?::[^=\n]*)?=\s*(?:\w+\.)*"
+                                r"(?:ModuleDict|ModuleList|Sequential)\(", code))
     for name, cls in re.findall(r"(?m)^[^#\n]*\bself\.(\w+)\[[^\]\n]{1,200}\]\s*=\s*((?:\w+\.){0,3}[A-Z]\w*)\(", code):
-        if (re.fullmatch(LAYER, cls) or re.fullmatch(MODULE_CLASS, cls.split(".")[-1])) and not re.search(
-                rf"\bself\.{name}\s*(?::[^=\n]*)?=\s*(?:\w+\.)*(?:ModuleDict|ModuleList|Sequential)\(", code):
+        if name not in registered and (re.fullmatch(LAYER, cls) or re.fullmatch(MODULE_CLASS, cls.split(".")[-1])):
             found.append("plain_list_layers")
     return tuple(dict.fromkeys(found))
 
@@ -878,7 +879,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if moves:
         found.append("model_moved")
-    if any(_move_discarded(n) for n in ast.walk(tree)):
+    modules = _bound_to_a_module(tree)
+    if any(_move_discarded(n, modules) for n in ast.walk(tree)):
         found.append("move_discarded")
     assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
     events = _bindings(assigns, calls)
@@ -898,17 +900,29 @@ def _ast_signals(tree: ast.AST) -> list[str]:
 
 
 # the names inputs go by (`x`, `inputs`, `img`, `batch`, `labels`): tensors, not modules
-DATA_NAME = r"(?:x|inputs?|images?|imgs?|data|batch|labels?|targets?|input_ids|masks?|features?)\w*"
+# (not `batch` or `data`: a tokenizer's BatchEncoding and a PyG Data move in place; not a prefix: `target_net`)
+DATA_NAME = r"(?:x|inputs?|images?|imgs?|labels?|targets?|input_ids|masks?)(?:_?\d+)?"
+# a move to a device: not a cast (`.to(torch.float16)`, `.to(dtype)`), not the CPU, not `.to()`
+MOVED = r"(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|\w*dtype\b|['\"]cpu|\))))"
 
 
-def _move_discarded(node: ast.AST) -> bool:
+def _move_discarded(node: ast.AST, modules: set[str]) -> bool:
     """`img.to(device)` on a line of its own: Tensor.to returns the moved tensor and leaves the one it was called on
     where it was (only a module's .to moves in place), so an input whose move is not assigned stays on the CPU."""
     if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
             and isinstance(node.value.func, ast.Attribute) and isinstance(node.value.func.value, ast.Name)):
         return False
     call, method, receiver = node.value, node.value.func.attr, node.value.func.value.id
-    return method in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and _to_a_device(call)
+    return method in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and receiver not in modules \
+        and _to_a_device(call) and not any(re.search(r"dtype", ast.unparse(a)) for a in call.args)
+
+
+def _bound_to_a_module(tree: ast.AST) -> set[str]:
+    """Names bound to a module built or loaded (`x = nn.Linear(4, 2)`, `img = Encoder()`, `m = from_pretrained(...)`):
+    their `.to` moves them in place."""
+    return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and (_call_name(n.value).split(".")[-1][:1].isupper() or _loads_a_model(_call_name(n.value)))
+            and not _call_name(n.value).startswith(("torch.", "np.")) for t in n.targets if isinstance(t, ast.Name)}
 
 
 def _models_loaded(tree: ast.AST) -> set[str]:
@@ -1171,9 +1185,11 @@ def _text_signals(code: str) -> list[str]:
                      r"|['\"]cpu|\))))", code)
     if move is not None:
         found.append("model_moved")
-    if re.search(r"(?m)^[ \t`>]*" + DATA_NAME + r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long"
-                 r"|bool)|dtype\s*=|['\"]cpu|\))))[^\n]*\)[ \t`;]*$", code):
-        found.append("move_discarded")  # as the ast rule reads it (_move_discarded)
+    # as the ast rule reads it (_move_discarded): the whole statement on its line, not the end of a call begun above
+    lines = code.splitlines()
+    if any(re.fullmatch(r"[ \t`>]*" + DATA_NAME + r"\." + MOVED + r"(?:[^()\n]|\([^()\n]*\))*\)[ \t`;]*(?:#.*)?", line)
+           and not (i and re.search(r"[,(\[{\\]\s*$", lines[i - 1])) for i, line in enumerate(lines)):
+        found.append("move_discarded")
     if load and move is not None and load.start() < move.start():
         found.append("load_before_move")
     return found
@@ -1542,6 +1558,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
     if facts.template in clues.templates:
         total += WEIGHTS["frame"]
         why.append(f"the message's wording: {TEMPLATE_WHY[facts.template]}")
+    elif facts.side == "table" and "indices" in clues.templates:  # what the indices message says, in a gather's words
+        total += WEIGHTS["frame"]
+        why.append("the tensor read from (a table) is on cpu, its index on the device")
     for frame in facts.frames:
         if frame in clues.frames:
             total += WEIGHTS["frame"]

@@ -379,6 +379,7 @@ def test_a_layer_called_by_a_tuple_key_is_in_a_plain_dict() -> None:
     ("self.metrics = nn.ModuleDict()\nself.metrics['accuracy'] = Accuracy()\n", False),
     ("self.blocks: nn.ModuleList = nn.ModuleList(blocks)\nself.blocks[0] = ResBlock(64)\n", False),
     ("self.cache[key] = torch.zeros(3)\n", False),  # a tensor in a dict: no layer
+    ("# self.metrics = nn.ModuleDict()\nself.metrics['accuracy'] = Accuracy()\n", True),  # commented out
     ("self.weights[0] = Tensor(3)\n", False),
 ])
 def test_a_layer_put_in_an_item_of_a_plain_container_is_no_submodule(code: str, plain: bool) -> None:
@@ -392,7 +393,13 @@ def test_a_layer_put_in_an_item_of_a_plain_container_is_no_submodule(code: str, 
     ("`img.to(device)`\n`model.to(device)`\n`outputs = model(img)`", True),  # a fragment: read as text
     ("inputs = inputs.to(device)\nmodel.to(device)\n", False),  # assigned
     ("criterion.cuda()\nmodel.to(device)\n", False),  # a module's move is in place
+    ("feature_extractor = torchvision.models.resnet50()\nfeature_extractor.to(device)\n", False),
+    ("target_net.to(device)\n", False),  # named as no input is
+    ("input_layer = nn.Linear(4, 2)\ninput_layer.cuda()\n", False),  # bound to a module
+    ("batch.to(device)\n", False),  # a tokenizer's BatchEncoding (a PyG Data) moves in place
     ("x.to(torch.float16)\n", False),  # a cast
+    ("x.to(dtype)\n", False),
+    ("`loss = criterion(model(x.cuda()),`\n`    labels.cuda())`", False),  # the end of a call begun above
 ])
 def test_an_input_s_move_not_assigned_leaves_the_input_behind(code: str, discarded: bool) -> None:
     """`img.to(device)` on a line of its own returns the moved tensor and drops it: the input stays on the CPU, a
@@ -417,6 +424,7 @@ def test_a_gather_s_index_on_the_device_reads_a_table_left_on_the_cpu(message: s
     on the CPU is no table's case."""
     result = diagnose.diagnose(message)
     assert result.facts.side == "table"
+    assert "the tensor read from (a table) is on cpu, its index on the device" in result.matches[0].why
     assert [m.slug for m in result.matches][:1] == ["cpu_lookup_table"]
     assert not {"batch_not_moved", "tokenizer_outputs"} & {m.slug for m in result.matches}
     flipped = diagnose.diagnose(message.replace("cpu and cuda:0", "cuda:0 and cpu").replace(
@@ -424,6 +432,16 @@ def test_a_gather_s_index_on_the_device_reads_a_table_left_on_the_cpu(message: s
         "cuda:0"))
     assert flipped.facts.side != "table"
     assert "cpu_lookup_table" not in [m.slug for m in flipped.matches][:1]
+
+
+def test_a_lookup_table_read_by_index_select_keeps_its_lesson() -> None:
+    """index_select's `index` on the device and its source on the CPU is an embedding's weights (the model's side) or
+    a table: where the code shows the table (`self.sigmas[t]` of a plain attribute), the lookup table's lesson is
+    first; only a gather's wording makes the table the side."""
+    message = ("Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0! (when "
+               "checking argument for argument index in method wrapper_CUDA__index_select)")
+    result = diagnose.diagnose(message, "self.sigmas = torch.linspace(0, 1, 10)\ns = self.sigmas[t]\n")
+    assert (result.facts.side, result.verdict, result.matches[0].slug) == ("weights", "scenario", "cpu_lookup_table")
 
 
 def test_a_module_traced_by_trace_module_is_traced() -> None:
