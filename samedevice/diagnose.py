@@ -899,7 +899,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     return found
 
 
-# the names inputs go by (`x`, `inputs`, `img`, `batch`, `labels`): tensors, not modules
+# the names inputs go by (`x`, `inputs`, `img`, `labels`): tensors, not modules
 # (not `batch` or `data`: a tokenizer's BatchEncoding and a PyG Data move in place; not a prefix: `target_net`)
 DATA_NAME = r"(?:x|inputs?|images?|imgs?|labels?|targets?|input_ids|masks?)(?:_?\d+)?"
 # a move to a device: not a cast (`.to(torch.float16)`, `.to(dtype)`), not the CPU, not `.to()`
@@ -914,7 +914,7 @@ def _move_discarded(node: ast.AST, modules: set[str]) -> bool:
         return False
     call, method, receiver = node.value, node.value.func.attr, node.value.func.value.id
     return method in ("to", "cuda") and re.fullmatch(DATA_NAME, receiver) is not None and receiver not in modules \
-        and _to_a_device(call) and not any(re.search(r"dtype", ast.unparse(a)) for a in call.args)
+        and _to_a_device(call)
 
 
 def _bound_to_a_module(tree: ast.AST) -> set[str]:
@@ -1098,7 +1098,7 @@ def _to_a_device(call: ast.Call) -> bool:
         return True
     for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "device")]:
         text = ast.unparse(arg)
-        if re.fullmatch(r"torch\.(?:float|half|bfloat|double|int|long|bool|uint|complex)\w*", text) \
+        if re.fullmatch(r"torch\.(?:float|half|bfloat|double|int|long|bool|uint|complex)\w*|[\w.]*dtype", text) \
                 or re.search(r"['\"]cpu['\"]", text):
             return False
     return bool(call.args) or any(k.arg == "device" for k in call.keywords)
@@ -1181,8 +1181,7 @@ def _text_signals(code: str) -> list[str]:
     move = re.search(r"(?:\bself|\b\w*(?:model|net|network|module)|\b" + BUILDER + r"\([^()\n]*\)"
                      r"|\b(?:torch\.)?nn\.(?!Parameter\b|Buffer\b)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)"
                      r"|(?<![\w.])(?!Variable\b|Parameter\b|\w*Tensor\b)[A-Z]\w*\([^()\n]*\))"
-                     r"\.(?:cuda\(|to\((?!\s*(?:torch\.(?:float|half|bfloat|double|int|long|bool)|dtype\s*="
-                     r"|['\"]cpu|\))))", code)
+                     r"\." + MOVED, code)
     if move is not None:
         found.append("model_moved")
     # as the ast rule reads it (_move_discarded): the whole statement on its line, not the end of a call begun above
