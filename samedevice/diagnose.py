@@ -266,7 +266,7 @@ TEMPLATES = (
     _t("fake_devices", "mismatch", r"Unhandled FakeTensor Device Propagation for (?:aten\.)?(?P<op>\w+)(?:\.\w+)?, "
        r"found two different devices (?P<a>" + DEVICE + r"), (?P<b>" + DEVICE + ")",
        "torch.compile's tracing met two devices in one op, as eager's kernel would"),
-    _t("named_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
+    _t("named_pair", "mismatch", r"(?:\b(?P<op>i?stft) input and window )?(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
        + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
        + DEVICE + r")\b", "an op's check that names the two devices"),
@@ -406,6 +406,12 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "input" if a == "cpu" else "weights"
     if template.name == "rnn_parameters":  # the input's device, then the weights'
         return "weights" if (groups.get("b") or "").lower() == "cpu" else "input"
+    # stft's and istft's own check (aten/src/ATen/native/SpectralOps.cpp) names the signal `self` and the window.
+    # A signal on the CPU is what the transform was given: the input's side. A window on the CPU tells no side: a
+    # transform's buffer never moved, a plain attribute, or a `hann_window(n)` made in forward without device=
+    if template.name == "named_pair" and {groups.get("n1"), groups.get("n2")} == {"self", "window"} and arg == "self" \
+            and "cpu" in (a, (groups.get("b") or "").lower()):
+        return "input"
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
     # the named argument's device: 2.8+ says it ("got mat1 is on A"); the older codegen form and the TH

@@ -1351,6 +1351,18 @@ def test_an_rnn_s_check_of_its_input_against_its_weights_tells_the_side(devices:
     assert (result.facts.side, result.matches[0].slug) == (side, first)
 
 
+def test_stft_s_signal_on_the_cpu_is_the_input_s_side_its_window_no_side() -> None:
+    """stft names the signal (`self`) and the window. A signal on the CPU is what the transform was given (a batch);
+    a window on the CPU is the transform's buffer never moved, a plain attribute, or a window made in forward
+    without device=: no side, each stays a candidate."""
+    message = "RuntimeError: stft input and window must be on the same device but got {}"
+    signal = diagnose.diagnose(message.format("self on cpu and window on cuda:0"))
+    assert (signal.facts.side, signal.matches[0].slug) == ("input", "batch_not_moved")
+    window = diagnose.diagnose(message.format("self on cuda:0 and window on cpu"))
+    assert window.facts.side is None and window.verdict == "ambiguous"
+    assert {"factory_in_forward", "model_not_moved"} <= {m.slug for m in window.matches[:3]}
+
+
 def test_a_traceback_cut_before_its_message_names_no_lesson_alone() -> None:
     """Frames without the message (the paste ends inside the traceback): what raised and what it said are not shown,
     so the candidates the frames suggest, and a request for the last line; the same frames with the message decide."""
