@@ -1504,7 +1504,9 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     found: tuple[str, ...] = ("factory_raised",) if re.search(TORCH_FACTORY_CALL, line) and not given else ()
     # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
     # `if self.training:`, `view(b, self.heads)`, `for layer in self.layers`
-    operand = r"[-+*/@%]\s*\(?\s*self\.\w+\b(?!\s*[(.\[\w])|\bself\.\w+\b(?!\s*[(.\[\w])\s*\)?\s*(?:[-+*/@%](?!=))"
+    # (reshaped by a subscript of None, ... and slices: `self.mean[None, ...]`, not a lookup: `self.table[idx]`)
+    attr = r"self\.\w+\b(?:\[(?:\s*(?:None|\.\.\.|-?\d*\s*:\s*-?\d*|,))+\s*\])?(?!\s*[(.\[\w])"
+    operand = rf"[-+*/@%]\s*\(?\s*{attr}|\b{attr}\s*\)?\s*(?:[-+*/@%](?!=))"
     if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
         found += ("attribute_raised",)
     # TorchScript's serialized code reading a tensor the trace recorded, or a device it recorded as a constant

@@ -968,6 +968,17 @@ def test_an_attribute_that_is_no_operand_is_no_plain_attribute(line: str) -> Non
     assert "attribute_raised" not in diagnose.read(_raising(line)).code
 
 
+@pytest.mark.parametrize(("line", "read"), [
+    ("x = (x - self.min[None, ...]) / self.denominator[None, ...]", True),
+    ("y = x * self.scale[:, None] + 1", True), ("y = self.mean[1:-1] - x", True),
+    ("y = x + self.table[idx]", False), ("y = x + self.table[0]", False), ("y = x + self.blocks[i](x)", False),
+])
+def test_an_attribute_reshaped_by_a_subscript_is_still_an_operand(line: str, read: bool) -> None:
+    """`self.mean[None, ...]` (None, an ellipsis, slices) reshapes the attribute: it is still the attribute read as
+    an operand. A lookup by an index (`self.table[idx]`, `self.blocks[i](x)`) reads something else."""
+    assert ("attribute_raised" in diagnose.read(_raising(line)).code) is read
+
+
 def test_torch_s_own_line_is_no_user_attribute_nor_factory() -> None:
     """The deepest frame in torch's own files (`F.cross_entropy(input, target, weight=self.weight)`) reads the
     layer's attributes, which `.to` moves: no plain attribute, and the loss's usual causes stay first."""
