@@ -266,8 +266,9 @@ TEMPLATES = (
     _t("fake_devices", "mismatch", r"Unhandled FakeTensor Device Propagation for (?:aten\.)?(?P<op>\w+)(?:\.\w+)?, "
        r"found two different devices (?P<a>" + DEVICE + r"), (?P<b>" + DEVICE + ")",
        "torch.compile's tracing met two devices in one op, as eager's kernel would"),
-    _t("named_pair", "mismatch", r"(?:\b(?P<op>i?stft) input and window )?(?:to be|must be) on the same device,? but got (?P<n1>\w+) on (?P<a>" + DEVICE
-       + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")", "an op's check of two tensors it names"),
+    _t("named_pair", "mismatch", r"(?:\b(?P<op>i?stft) input and window )?(?:to be|must be) on the same device,? "
+       r"but got (?P<n1>\w+) on (?P<a>" + DEVICE + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")",
+       "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
        + DEVICE + r")\b", "an op's check that names the two devices"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
@@ -1422,7 +1423,8 @@ def read(text: str, code: str = "") -> Facts:
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
     # spoil the parse of the code
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
-                                  + _raised(text, template.name if template else None)))
+                                  + _raised(text, template.name if template else None)
+                                  + (("resumed",) if RESUMED.search(text + "\n" + code) else ())))
     kind = template.kind if template else None
     if template is not None and template.name == "fsdp_compute" and "cpu" in devices:
         kind = "mismatch"  # a flat parameter on the CPU, its module moved off the device: not the current device's
@@ -1434,6 +1436,12 @@ def read(text: str, code: str = "") -> Facts:
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
                  frames=frames, side=_side(template, groups), site=raise_site(text), code=signals,
                  torch_version=version)
+
+
+# the run resumed from a checkpoint, as the paste says it: a flag or argument (`--resume`, `--continue_path`,
+# `resume_from_checkpoint=`), a variable, or the reporter's words; not a file of torch's own
+# (`_dynamo/resume_execution.py`)
+RESUMED = re.compile(r"(?<![/\\\w])(?:resum(?:e|ed|ing)(?!_execution)\w*|continue_path)\b", re.I)
 
 
 ARROW = re.compile(r"^\s*-*>\s*\d+\s(?P<code>.*)$")  # IPython's arrow at the line that ran: `---> 68 idx = ...`
@@ -1615,6 +1623,7 @@ CODE_WHY = {
     "constant_raised": "the line that raised reads a constant the trace recorded (`CONSTANTS.c0`, "
                        "`device=torch.device(\"cpu\")` in TorchScript's serialized code)",
     "factory_no_device": "the lines pasted make a tensor without device= and move nothing",
+    "resumed": "the run resumed from a checkpoint",
     "attribute_raised": "the line that raised reads a tensor attribute of the module (`self.<name>`)",
     "custom_optimizer": "an optimizer of its own",
     "torch_load": "torch.load", "map_location_device": "torch.load(map_location=<a device>)",

@@ -221,6 +221,23 @@ def test_every_signal_of_the_code_is_given_in_words() -> None:
         in traced.matches[0].why
 
 
+def test_a_run_resumed_from_a_checkpoint_leans_to_the_resume_lessons_and_names_none_alone() -> None:
+    """A resume the paste shows (a flag, an argument, the reporter's words) orders the optimizer's state lessons
+    first: a bare message still names no lesson alone. torch's own file (`_dynamo/resume_execution.py`) is no resume."""
+    message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+               "and cpu!")
+    for paste in ("$ python train.py --resume runs/last.pth\n" + message, "Training resumed from epoch 12.\n" + message):
+        result = diagnose.diagnose(paste)
+        assert "resumed" in result.facts.code
+        assert result.verdict == "ambiguous"
+        assert [m.slug for m in result.matches] == ["sgd_momentum", "adam_exp_avg", "wrong_load_order"]
+        assert "leaning to it: the run resumed from a checkpoint" in result.matches[0].why
+    assert "resumed" in diagnose.read(message, "trainer.fit(model, ckpt_path=None, resume_from_checkpoint=p)\n").code
+    dynamo = '  File "/x/site-packages/torch/_dynamo/resume_execution.py", line 9, in f\n    g()\n' + message
+    assert "resumed" not in diagnose.read(dynamo).code
+    assert diagnose.diagnose(message).matches[0].slug == "factory_in_forward"
+
+
 def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     """A message alone that several scenarios produce is ambiguous, with the question that tells them apart."""
     result = diagnose.diagnose("Expected all tensors to be on the same device, but found at least two devices, "
@@ -1370,7 +1387,8 @@ def test_stft_s_signal_on_the_cpu_is_the_input_s_side_its_window_no_side() -> No
     signal = diagnose.diagnose(message.format("self on cpu and window on cuda:0"))
     assert (signal.facts.side, signal.matches[0].slug) == ("input", "batch_not_moved")
     window = diagnose.diagnose(message.format("self on cuda:0 and window on cpu"))
-    assert window.facts.side is None and window.verdict == "ambiguous"
+    assert window.facts.side is None
+    assert window.verdict == "ambiguous"
     assert {"factory_in_forward", "model_not_moved"} <= {m.slug for m in window.matches[:3]}
 
 
