@@ -138,7 +138,8 @@ TEMPLATES = (
        "two tensors of different dtypes, not devices"),
     _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
-    _t("indices", "mismatch", r"indices should be either on cpu or on the same device as the indexed tensor"
+    # as printed (`on cpu`), or retyped (`on the CPU`)
+    _t("indices", "mismatch", r"indices should be either on (?:the )?cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
     _t("codegen_named", "mismatch", r"(?:Expected all tensors to be on the same device,? but got )?\b(?P<arg>\w+) "
        r"(?:is )?on "

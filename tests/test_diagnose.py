@@ -39,6 +39,8 @@ WORDINGS = parametrize_cases(
          "should be the same", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("indexing", text="RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)",
          template="indices", devices=("cpu",), argument=None),
+    Case("indexing_retyped", text="RuntimeError: indices should be either on the CPU or on the same device as the "
+         "indexed tensor (CPU)", template="indices", devices=("cpu",), argument=None),
     Case("deserialize", text="RuntimeError: Attempting to deserialize object on a CUDA device but "
          "torch.cuda.is_available() is False.", template="deserialize", devices=("cuda",), argument=None),
     Case("rng", text="TypeError: RNG state must be a torch.ByteTensor", template="rng_state", devices=(), argument=None),
