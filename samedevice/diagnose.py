@@ -1871,8 +1871,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                              f"against it; what would confirm it: {scenario.clues.question}")
         more = "" if facts.frames or facts.code else ("; or paste the whole traceback and the code around it: the "
                                                          "frame that raises tells most of them apart")
+        question = scenario.clues.question
+        if question == registry.FORWARD_QUESTION and facts.side in registry.SIDE_QUESTIONS:
+            question = registry.SIDE_QUESTIONS[facts.side]  # the message told the side: ask within it
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
-                         f"{scenario.clues.question}{more}")
+                         f"{question}{more}")
     return Diagnosis(facts, "scenario", top, note=caveat)
 
 
@@ -1898,11 +1901,19 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
 # ---- the command line's text ---------------------------------------------------------------------
 
 
+# the side the message shows on the CPU, in words
+SIDE_WORDS = {"input": "the input's side (the data the op was given)",
+              "weights": "the model's side (a layer's weights)",
+              "state": "the updated tensor (an optimizer's or an EMA's state)",
+              "table": "the tensor read from (a table), its index on the device"}
+
+
 def render(d: Diagnosis) -> str:
     f = d.facts
     lines = ["Facts:"]
     for label, value in (("message", f.message), ("template", f.template), ("devices", " and ".join(f.devices)),
-                         ("argument", f.argument), ("op", f.op), ("frames", ", ".join(f.frames)),
+                         ("argument", f.argument), ("op", f.op), ("on the CPU", SIDE_WORDS.get(f.side or "")),
+                         ("frames", ", ".join(f.frames)),
                          ("code", ", ".join(f.code)), ("torch", f.torch_version)):
         if value:
             lines.append(f"  {label}: {value}")

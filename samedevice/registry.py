@@ -163,6 +163,13 @@ STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD mom
 LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
 FORWARD_QUESTION = ("which tensor is on the CPU: the batch, the model's weights (a layer kept out of .to's reach "
                     "included), or one made during forward without device=?")
+# where the message names the side on the CPU (an argument of a layer's op), the question is asked within it
+SIDE_QUESTIONS = {
+    "input": "where was the input on the CPU made: a batch never moved (or moved without keeping the result), a "
+             "tokenizer's output, or a tensor made during forward without device=?",
+    "weights": "which of the model's tensors is on the CPU: the whole model never moved, a layer kept out of .to's "
+               "reach (a plain list, a head replaced after .to), or a tensor kept as a plain attribute?",
+}
 
 
 def _accelerators(symptom: str, **overrides: str) -> dict[str, str]:

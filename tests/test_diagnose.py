@@ -240,6 +240,24 @@ def test_a_run_resumed_from_a_checkpoint_leans_to_the_resume_lessons_and_names_n
     assert diagnose.diagnose(message).matches[0].slug == "factory_in_forward"
 
 
+@pytest.mark.parametrize(("argument", "side", "asks"), [
+    ("mat2 in method wrapper_mm", "the model's side", "which of the model's tensors is on the CPU"),
+    ("mat1 in method wrapper_addmm", "the input's side", "where was the input on the CPU made"),
+])
+def test_a_message_that_names_the_side_on_the_cpu_asks_within_it(argument: str, side: str, asks: str) -> None:
+    """Where the message names the side on the CPU (an argument of a layer's op), the facts say it and the question
+    asks which tensor of that side, not which side."""
+    result = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                               f"devices, cuda:0 and cpu! (when checking argument for argument {argument})")
+    assert result.verdict == "ambiguous"
+    assert asks in result.note
+    assert f"\n  on the CPU: {side}" in diagnose.render(result)
+    bare = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                             "devices, cuda:0 and cpu!")
+    assert "which tensor is on the CPU: the batch, the model's weights" in bare.note
+    assert "\n  on the CPU:" not in diagnose.render(bare)
+
+
 def test_a_bare_message_that_fits_several_says_so_and_asks() -> None:
     """A message alone that several scenarios produce is ambiguous, with the question that tells them apart."""
     result = diagnose.diagnose("Expected all tensors to be on the same device, but found at least two devices, "
