@@ -844,6 +844,9 @@ def _attribute_signals(node: ast.AST) -> list[str]:
     value = node.value
     if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
         return ["plain_tensor_attr"]
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) and _call_name(value.func) == "getattr" \
+            and value.func.args and _call_name(value.func.args[0]) == "torch":
+        return ["plain_tensor_attr"]  # a factory chosen by name: `getattr(torch, "hann_window")(n)`
     # layers of torch.nn, or instances of classes named as modules are (`metrics.Accuracy()`, `ResBlock()`); not a
     # list of paths, transforms or meters
     if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
@@ -1179,7 +1182,8 @@ def _text_signals(code: str) -> list[str]:
     if any(re.search(rf"self\.{name}\.append\(\s*(?:torch\.)?nn\.", code)
            for name in re.findall(r"self\.(\w+)\s*=\s*\[\s*\]", code)):
         found.append("plain_list_layers")
-    if re.search(r"self\.\w+\s*=\s*torch\.(?:" + "|".join(FACTORIES) + r")\(", code):
+    by_name = r"getattr\(\s*torch\s*,[^()\n]*\)"  # a factory chosen by name: `getattr(torch, window)(n)`
+    if re.search(r"self\.\w+\s*=\s*(?:torch\.(?:" + "|".join(FACTORIES) + r")|" + by_name + r")\(", code):
         found.append("plain_tensor_attr")
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
         found.append("plain_list_layers")

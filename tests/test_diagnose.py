@@ -969,6 +969,19 @@ def test_a_tensor_attribute_read_on_the_line_that_raised_is_a_plain_attribute() 
                                                                     line)).code
 
 
+@pytest.mark.parametrize(("line", "read"), [
+    ("self.window = getattr(torch, window)(win_length)", True), ('self.w = getattr(torch, "hann_window")(400)', True),
+    ("self.act = getattr(nn, act)()", False), ("self.fn = getattr(torch, name)", False),
+])
+def test_a_factory_chosen_by_name_kept_as_an_attribute_is_a_plain_tensor(line: str, read: bool) -> None:
+    """`getattr(torch, "hann_window")(n)` is a factory called by name (audio code picks its window so): kept as
+    `self.<name>`, it is a plain tensor attribute, in parsed code and in a fragment alike; a layer or a function
+    looked up by name is not."""
+    code = f"class STFT:\n    def __init__(self, window, win_length):\n        {line}\n"
+    assert ("plain_tensor_attr" in diagnose.read_code(code)) is read
+    assert ("plain_tensor_attr" in diagnose.read_code(code + "    def broken(:\n")) is read
+
+
 def test_modules_in_a_plain_dict_and_a_tensor_made_in_a_pasted_fragment() -> None:
     """Instances of module classes kept in a plain dict (`{"acc": metrics.Accuracy()}`) are a plain container's, as
     torch.nn's layers are; a few lines pasted outside any function that make a tensor without device= and move
