@@ -138,6 +138,10 @@ TEMPLATES = (
        "two tensors of different dtypes, not devices"),
     _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
+    # apex's amp.initialize (apex/amp/_initialize.py, check_params_fp32) wants every floating parameter and buffer a
+    # CUDA FloatTensor: a CPU type is one the model never moved (a CUDA HalfTensor, a `.half()` call, is no device's)
+    _t("apex_param", "mismatch", r"Found (?:param|buffer) \S+ with type (?P<b>torch\.(?!cuda\.)\w+), expected "
+       r"(?P<a>torch\.cuda\.FloatTensor)", "apex's amp.initialize found a parameter or buffer of the model off CUDA"),
     # as printed (`on cpu`), or retyped (`on the CPU`)
     _t("indices", "mismatch", r"indices should be either on (?:the )?cpu or on the same device as the indexed tensor"
        r"(?: \((?P<a>" + DEVICE + r")\))?", "advanced indexing with indices on another device than the indexed tensor"),
@@ -400,6 +404,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     a, arg = (groups.get("a") or "").lower(), groups.get("arg")
     if template.name == "input_weight":
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
+    if template.name == "apex_param":
+        return "weights"  # the model's own parameter or buffer
     if template.name == "diffusers_generator":
         return "weights"  # the pipeline's device is its weights': on the CPU, or read as the CPU (offloaded)
     if template.name == "dgl_graph":
@@ -475,7 +481,7 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
 def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ...]:
     found = [groups.get(k) for k in ("a", "b", "a2", "b2")]
     names = [n for n in found if n]
-    if template.name in ("input_weight", "legacy_type", "invalid_combination", "invalid_signature"):
+    if template.name in ("input_weight", "legacy_type", "invalid_combination", "invalid_signature", "apex_param"):
         names = [_device_of_legacy(n) for n in names]
     if template.name == "same_gpu":  # the GPU (or MPS, whose kernels kept the check) the op runs on; no index
         names = ["mps" if groups.get("a") == "MPS" else "cuda", "cpu"]

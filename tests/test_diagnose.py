@@ -39,6 +39,8 @@ WORDINGS = parametrize_cases(
          "should be the same", template="input_weight", devices=("cuda", "cpu"), argument=None),
     Case("indexing", text="RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)",
          template="indices", devices=("cpu",), argument=None),
+    Case("apex_amp", text="RuntimeError: Found param block_one.conv.0.weight with type torch.FloatTensor, expected "
+         "torch.cuda.FloatTensor.", template="apex_param", devices=("cuda", "cpu"), argument=None),
     Case("indexing_retyped", text="RuntimeError: indices should be either on the CPU or on the same device as the "
          "indexed tensor (CPU)", template="indices", devices=("cpu",), argument=None),
     Case("deserialize", text="RuntimeError: Attempting to deserialize object on a CUDA device but "
@@ -1410,6 +1412,19 @@ def test_an_rnn_s_check_of_its_input_against_its_weights_tells_the_side(devices:
     CPU a batch."""
     result = diagnose.diagnose(f"RuntimeError: Input and parameter tensors are not at the same device, found {devices}")
     assert (result.facts.side, result.matches[0].slug) == (side, first)
+
+
+def test_apex_s_check_of_the_model_s_parameters_is_the_model_s_side() -> None:
+    """apex's amp.initialize names a parameter or buffer that is no CUDA FloatTensor: a CPU type is the model's side
+    left on the CPU, the model never moved first; a CUDA HalfTensor (a `.half()` call) is no device error."""
+    result = diagnose.diagnose("RuntimeError: Found buffer bn.running_mean with type torch.FloatTensor, expected "
+                               "torch.cuda.FloatTensor.\nWhen using amp.initialize, you need to provide a model with "
+                               "buffers\nlocated on a CUDA device before passing it")
+    assert (result.facts.template, result.facts.side) == ("apex_param", "weights")
+    assert result.matches[0].slug == "model_not_moved"
+    half = diagnose.diagnose("Found param fc.weight with type torch.cuda.HalfTensor, expected torch.cuda.FloatTensor.")
+    assert half.facts.template is None
+    assert not half.found
 
 
 def test_stft_s_signal_on_the_cpu_is_the_input_s_side_its_window_no_side() -> None:
