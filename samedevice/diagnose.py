@@ -359,6 +359,7 @@ class Facts:
     # tensor a gather reads from, its index on the device)
     side: str | None = None
     site: str | None = None  # the deepest frame of RAISE_SITES: where the error was raised
+    run: tuple[str, ...] = ()  # what the paste says of the run, outside the code it shows: "resumed" from a checkpoint
 
     @property
     def pair(self) -> str | None:
@@ -401,7 +402,7 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     """Which side of a layer is on the CPU, where the message tells: the argument it names and its device."""
     if template is None:
         return None
-    a, arg = (groups.get("a") or "").lower(), groups.get("arg")
+    a, b, arg = (groups.get("a") or "").lower(), (groups.get("b") or "").lower(), groups.get("arg")
     if template.name == "input_weight":
         return "weights" if _device_of_legacy(groups.get("b") or "") == "cpu" else "input"
     if template.name == "apex_param":
@@ -413,12 +414,12 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     if template.name == "mps_conv":  # the input's device, then the weight's
         return "input" if a == "cpu" else "weights"
     if template.name == "rnn_parameters":  # the input's device, then the weights'
-        return "weights" if (groups.get("b") or "").lower() == "cpu" else "input"
+        return "weights" if b == "cpu" else "input"
     # stft's and istft's own check (aten/src/ATen/native/SpectralOps.cpp) names the signal `self` and the window.
     # A signal on the CPU is what the transform was given: the input's side. A window on the CPU tells no side: a
     # transform's buffer never moved, a plain attribute, or a `hann_window(n)` made in forward without device=
     if template.name == "named_pair" and {groups.get("n1"), groups.get("n2")} == {"self", "window"} and arg == "self" \
-            and "cpu" in (a, (groups.get("b") or "").lower()):
+            and "cpu" in (a, b) and a != b:
         return "input"
     if template.name in ("legacy_type", "invalid_combination") and arg == "other" and _device_of_legacy(a) == "cpu":
         return "state"  # an in-place update (`buf.add_(other)`) of a CPU tensor with a device one
@@ -437,7 +438,7 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     # a gather's (or take's) index on the device and the tensor it reads from on the CPU: a table left behind
     if arg in ("index", "indices") and op and re.search(r"(?:^|_)(?:gather|take)(?:_out|_along_dim)?$", op):
         named = {"codegen_named": a, "codegen": groups.get("b")}.get(template.name)
-        if named and named.lower() != "cpu" and "cpu" in (a, (groups.get("b") or "").lower()):
+        if named and named.lower() != "cpu" and "cpu" in (a, b):
             return "table"
     return None
 
@@ -1434,8 +1435,7 @@ def read(text: str, code: str = "") -> Facts:
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
     # spoil the parse of the code
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
-                                  + _raised(text, template.name if template else None)
-                                  + (("resumed",) if RESUMED.search(text + "\n" + code) else ())))
+                                  + _raised(text, template.name if template else None)))
     kind = template.kind if template else None
     if template is not None and template.name == "fsdp_compute" and "cpu" in devices:
         kind = "mismatch"  # a flat parameter on the CPU, its module moved off the device: not the current device's
@@ -1446,13 +1446,22 @@ def read(text: str, code: str = "") -> Facts:
     return Facts(template=template.name if template else None, kind=kind,
                  message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
                  frames=frames, side=_side(template, groups), site=raise_site(text), code=signals,
-                 torch_version=version)
+                 torch_version=version, run=("resumed",) if RESUMED.search(text + "\n" + code) else ())
 
 
-# the run resumed from a checkpoint, as the paste says it: a flag or argument (`--resume`, `--continue_path`,
-# `resume_from_checkpoint=`), a variable, or the reporter's words; not a file of torch's own
-# (`_dynamo/resume_execution.py`)
-RESUMED = re.compile(r"(?<![/\\\w])(?:resum(?:e|ed|ing)(?!_execution)\w*|continue_path)\b", re.I)
+# the run resumed from a checkpoint, as the paste says it: a flag given (`--resume`, `--resume path`,
+# `--continue_path d`), a keyword given a path or True (`resume_from_checkpoint="ckpt/"`, `resume=True`), a load of the
+# resume path (`torch.load(args.resume)`, `resume_dict = torch.load(p)`), or the reporter's words ("resumed from epoch
+# 12", "resume training"). Not a flag or keyword turned off or left empty (`resume=False`, `--no-resume`,
+# `resume_from_checkpoint=None`), a keyword given a variable (Hugging Face's scripts pass
+# `resume_from_checkpoint=checkpoint` on every run), wandb's resume of a logging run (`resume="allow"`), nor a file of
+# torch's own (`_dynamo/resume_execution.py`)
+RESUMED = re.compile(
+    r"(?<![\w-])--(?:resume|continue[_-]path)\w*(?!\w)(?!\s*[=\s]\s*(?:False|None|0|''|\"\")(?!\w))"
+    r"|\bresume\w*\s*=\s*(?:True\b|['\"](?!(?:allow|never|must|auto)['\"])[^'\"\s]+['\"])"
+    r"|\bload\w*\([^\n#)]*\bresume|\bresume\w*\s*=\s*(?:torch\.)?load\("
+    r"|(?<![\w/\\.])resum(?:e|ed|ing)\s+(?:the\s+|my\s+|a\s+)?(?:training|from|checkpoint|ckpt|run)\b",
+    re.I)
 
 
 ARROW = re.compile(r"^\s*-*>\s*\d+\s(?P<code>.*)$")  # IPython's arrow at the line that ran: `---> 68 idx = ...`
@@ -1524,7 +1533,9 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
     # `if self.training:`, `view(b, self.heads)`, `for layer in self.layers`
     # (reshaped by a subscript of None, ... and slices: `self.mean[None, ...]`, not a lookup: `self.table[idx]`)
-    attr = r"self\.\w+\b(?:\[(?:\s*(?:None|\.\.\.|-?\d*\s*:\s*-?\d*|,))+\s*\])?(?!\s*[(.\[\w])"
+    # (each item None, an ellipsis or a slice, whose bounds are any expression without brackets: `[:, :x.size(1)]`)
+    item = r"\s*(?:None|\.\.\.)\s*|[^\[\],:]*:[^\[\],:]*(?::[^\[\],:]*)?"
+    attr = rf"self\.\w+\b(?:\[(?:{item})(?:,(?:{item}))*,?\s*\])?(?!\s*[(.\[\w])"
     operand = rf"[-+*/@%]\s*\(?\s*{attr}|\b{attr}\s*\)?\s*(?:[-+*/@%](?!=))"
     if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
         found += ("attribute_raised",)
@@ -1604,7 +1615,7 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if signal in clues.code:  # a signal only one scenario shows is the stronger evidence
             total += WEIGHTS["code"] * (2 if _claimed(signal) == 1 else 1)
             why.append(f"the code: {CODE_WHY.get(signal, signal)}")
-    for lean in dict.fromkeys(facts.code + facts.frames):
+    for lean in dict.fromkeys(facts.code + facts.frames + facts.run):
         if lean in clues.leans:  # weighs as a prior: it orders the candidates, never names one alone (shown)
             total += WEIGHTS["lean"]
             why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
@@ -1924,7 +1935,8 @@ def render(d: Diagnosis) -> str:
     for label, value in (("message", f.message), ("template", f.template), ("devices", " and ".join(f.devices)),
                          ("argument", f.argument), ("op", f.op), ("on the CPU", SIDE_WORDS.get(f.side or "")),
                          ("frames", ", ".join(f.frames)),
-                         ("code", ", ".join(f.code)), ("torch", f.torch_version)):
+                         ("code", ", ".join(f.code)), ("the run", ", ".join(CODE_WHY[r] for r in f.run)),
+                         ("torch", f.torch_version)):
         if value:
             lines.append(f"  {label}: {value}")
     headline = {"scenario": "The likeliest scenarios:", "ambiguous": "Candidate scenarios:",

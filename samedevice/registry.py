@@ -397,7 +397,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                    "its param_groups rather than in optimizer.state?")),
     Scenario("capturable_step", "A fused optimizer's step left on CPU by a rescue loop that skips step",
              "beyond the articles (trainer rescue loops)", _accelerators("mismatch"),
-             clues=Clues(leans=("resumed",), kinds=("mismatch", "capturable"),
+             clues=Clues(kinds=("mismatch", "capturable"),
                    templates=("capturable_true",), frames=("optimizer_step",), arguments=("state_steps",),
                    ops=("_fused_adam", "_fused_sgd", "_foreach"), code=("capturable_fused",), prior=0.1,
                    confirm=OPTIMIZER_CHECK,

@@ -226,20 +226,54 @@ def test_every_signal_of_the_code_is_given_in_words() -> None:
 
 
 def test_a_run_resumed_from_a_checkpoint_leans_to_the_resume_lessons_and_names_none_alone() -> None:
-    """A resume the paste shows (a flag, an argument, the reporter's words) orders the optimizer's state lessons
-    first: a bare message still names no lesson alone. torch's own file (`_dynamo/resume_execution.py`) is no resume."""
+    """A resume the paste shows (a flag given, a keyword given a path, a load of the resume path, the reporter's
+    words) orders the optimizer's state lessons first: a bare message still names no lesson alone. It is what the
+    paste says of the run, not code shown: it does not stop the advice to paste the traceback."""
     message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
                "and cpu!")
-    for paste in ("$ python train.py --resume runs/last.pth\n" + message, "Training resumed from epoch 12.\n" + message):
+    for paste in ("$ python train.py --resume runs/last.pth\n" + message, "Training resumed from epoch 12.\n" + message,
+                  "$ python TTS/bin/train.py --continue_path ../checkpoints/run-1/\n" + message):
         result = diagnose.diagnose(paste)
-        assert "resumed" in result.facts.code
+        assert result.facts.run == ("resumed",)
+        assert result.facts.code == ()
         assert result.verdict == "ambiguous"
         assert [m.slug for m in result.matches] == ["sgd_momentum", "adam_exp_avg", "wrong_load_order"]
         assert "leaning to it: the run resumed from a checkpoint" in result.matches[0].why
-    assert "resumed" in diagnose.read(message, "trainer.fit(model, ckpt_path=None, resume_from_checkpoint=p)\n").code
-    dynamo = '  File "/x/site-packages/torch/_dynamo/resume_execution.py", line 9, in f\n    g()\n' + message
-    assert "resumed" not in diagnose.read(dynamo).code
+        assert "paste the whole traceback" in result.note
+        assert "the run: the run resumed from a checkpoint" in diagnose.render(result)
+    for code in ('trainer.train(resume_from_checkpoint="ckpt/checkpoint-500")\n',
+                 "checkpoint = torch.load(args.resume, map_location='cpu')\n",
+                 "resume_dict = torch.load(self.configer.get('network', 'resume'), map_location='cpu')\n"):
+        assert diagnose.read(message, code).run == ("resumed",)
     assert diagnose.diagnose(message).matches[0].slug == "factory_in_forward"
+
+
+@pytest.mark.parametrize("paste", [
+    "train: weights=yolov5s.pt, rect=False, resume=False, nosave=False, device=0",  # YOLOv5's arguments at each start
+    "    train_result = trainer.train(resume_from_checkpoint=checkpoint)",  # every run of Hugging Face's scripts
+    "resume_from_checkpoint=None,", "python train.py --no-resume", "python train.py --resume False", "if not resume:",
+    'wandb.init(resume="allow")',
+    '  File "/x/site-packages/torch/_dynamo/resume_execution.py", line 9, in f', "presumed on the GPU",
+])
+def test_a_resume_turned_off_or_not_taken_is_no_resume(paste: str) -> None:
+    """A flag or keyword turned off or left empty, a keyword given a variable (taken on every run), wandb's resume
+    of a logging run, torch's own file: none shows a run resumed from a checkpoint, and a bare message keeps its
+    candidates."""
+    message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+               "and cpu!")
+    result = diagnose.diagnose(paste + "\n" + message)
+    assert result.facts.run == ()
+    assert result.matches[0].slug == "factory_in_forward"
+
+
+@pytest.mark.parametrize("argument", ["mat1 in method wrapper_addmm", "index in method wrapper__index_select"])
+def test_a_resume_does_not_pull_a_fused_optimizer_s_step_into_a_layer_s_message(argument: str) -> None:
+    """The input's side on the CPU in a layer's op: a resume orders no optimizer lesson into it."""
+    result = diagnose.diagnose("$ python train.py --resume last.pth\nRuntimeError: Expected all tensors to be on the "
+                               "same device, but found at least two devices, cuda:0 and cpu! (when checking argument "
+                               f"for argument {argument})")
+    assert result.facts.side == "input"
+    assert not {"capturable_step", "sgd_momentum", "adam_exp_avg"} & {m.slug for m in result.matches}
 
 
 @pytest.mark.parametrize(("argument", "side", "asks"), [
@@ -1023,7 +1057,9 @@ def test_an_attribute_that_is_no_operand_is_no_plain_attribute(line: str) -> Non
 @pytest.mark.parametrize(("line", "read"), [
     ("x = (x - self.min[None, ...]) / self.denominator[None, ...]", True),
     ("y = x * self.scale[:, None] + 1", True), ("y = self.mean[1:-1] - x", True),
+    ("x = x + self.pe[:, :x.size(1)]", True), ("att = att + self.bias[:, :, :T, :T]", True),
     ("y = x + self.table[idx]", False), ("y = x + self.table[0]", False), ("y = x + self.blocks[i](x)", False),
+    ("y = x + self.table[idx, :]", False), ("x = x + self.a[" + ": " * 40 + "?", False),  # an unclosed subscript
 ])
 def test_an_attribute_reshaped_by_a_subscript_is_still_an_operand(line: str, read: bool) -> None:
     """`self.mean[None, ...]` (None, an ellipsis, slices) reshapes the attribute: it is still the attribute read as
@@ -1434,6 +1470,7 @@ def test_stft_s_signal_on_the_cpu_is_the_input_s_side_its_window_no_side() -> No
     message = "RuntimeError: stft input and window must be on the same device but got {}"
     signal = diagnose.diagnose(message.format("self on cpu and window on cuda:0"))
     assert (signal.facts.side, signal.matches[0].slug) == ("input", "batch_not_moved")
+    assert diagnose.read(message.format("self on cpu and window on cpu")).side is None  # one device: no side
     window = diagnose.diagnose(message.format("self on cuda:0 and window on cpu"))
     assert window.facts.side is None
     assert window.verdict == "ambiguous"
