@@ -609,8 +609,11 @@ def read_frames(text: str) -> tuple[str, ...]:
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
     last = [_frame(match) for match in FRAME.finditer(text)][-1:]
-    if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]):
-        kinds.append("user_forward")  # raised in a forward of the user's own code, by the code of that forward
+    # raised in a forward of the user's own code, by the code of that forward; not TorchScript's serialized code
+    # (`code/__torch__/...`), which is the graph a trace or a script recorded, not a forward run as written
+    if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]) \
+            and not last[0][0].startswith("code/__torch__"):
+        kinds.append("user_forward")
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
     for line in text.splitlines():

@@ -1712,6 +1712,22 @@ def test_an_augmentation_left_unmoved_names_no_lesson_alone() -> None:
     assert "model_never_moved" in diagnose.read_code(model)
 
 
+def test_torchscript_s_serialized_forward_is_no_forward_of_the_user_s_code() -> None:
+    """`code/__torch__/.../head.py, in forward` is the graph a trace or a script recorded, not a forward run as
+    written: it does not speak for a tensor that forward makes, and the trace's recorded device comes first."""
+    text = ('RuntimeError: The following operation failed in the TorchScript interpreter.\n'
+            '  File "code/__torch__/ultralytics/nn/modules/head.py", line 114, in forward\n'
+            '    x1y1 = torch.sub(anchor_points, lt)\n'
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+            "cpu!")
+    result = diagnose.diagnose(text)
+    assert "user_forward" not in result.facts.frames
+    assert result.matches[0].slug == "traced_device_constant"
+    eager = text.replace("code/__torch__/ultralytics", "/home/me/ultralytics").replace(
+        "RuntimeError: The following operation failed in the TorchScript interpreter.\n", "")
+    assert "user_forward" in diagnose.read(eager).frames
+
+
 def test_a_device_error_inside_torchscript_points_at_the_recorded_device() -> None:
     """An RNN's hidden state on another device than its input, raised inside the TorchScript interpreter: a
     state made in forward, whose device a trace recorded as a constant; both lessons are offered."""
