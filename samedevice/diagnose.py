@@ -66,6 +66,12 @@ TEMPLATES = (
     # a typed constructor (torch.LongTensor, torch.FloatTensor) makes CPU tensors only (torch/csrc/utils/tensor_new.cpp)
     _t("legacy_constructor", "legacy_constructor", r"legacy constructor expects device type: (?P<b>\w+) but device "
        r"type: (?P<a>\w+) was passed", "a typed constructor (torch.LongTensor) given a device"),
+    # and given a tensor of another device (`torch.FloatTensor(x_on_cuda)`): the check of its options against the
+    # tensor's, tensor_new.cpp (the same message for another dtype on the CPU is no device error: devices must differ)
+    _t("legacy_constructor_tensor", "legacy_constructor_tensor",
+       r"expected TensorOptions\(dtype=[\w ]+, device=(?P<b>cpu)\b.*?\) \(got TensorOptions\(dtype=[\w ]+, "
+       r"device=(?P<a>(?!cpu\b)" + DEVICE + ")",
+       "a typed constructor (torch.FloatTensor) given a tensor on another device than the CPU"),
     # a build without the backend a storage is restored to (2.x's UntypedStorage: a checkpoint from a Mac on Linux)
     _t("storage_device", "deserialize", r"Storage device not recognized: (?P<a>\w+)",
        "torch.load met a device this build does not have"),
@@ -150,7 +156,8 @@ TEMPLATES = (
        r"(?P<a>" + DEVICE + r"), different from other tensors on (?P<b>" + DEVICE + r")"
        r"(?: \(when checking argument in method (?P<op>\w+)\))?",
        "an op's generated device check (PyTorch 2.8+ wording, with the argument)"),
-    _t("codegen", "mismatch", r"Expected all tensors to be on the same device,? but found at least two devices, "
+    # ("at least", or as a paste retyped it: "at leaset")
+    _t("codegen", "mismatch", r"Expected all tensors to be on the same device,? but found at \w+ two devices, "
        r"(?P<a>" + DEVICE + r") and (?P<b>" + DEVICE + r")!?"
        r"(?: \(when checking ar[a-z]* for argument (?P<arg>\w+) in method (?P<op>\w+)\))?",
        "an op's generated device check (TensorIterator or the codegen's common-device check)"),
@@ -1709,6 +1716,10 @@ NOT_TAUGHT = {
     "legacy_constructor": "a typed constructor (torch.LongTensor, torch.FloatTensor) makes CPU tensors only: write "
                           "`torch.tensor(data, dtype=torch.long, device=device)` (or torch.empty(..., device=device)); "
                           "no lesson of the catalog covers this",
+    "legacy_constructor_tensor": "a typed constructor (torch.FloatTensor, torch.LongTensor) makes CPU tensors only "
+                                 "and refuses a tensor on another device: convert the tensor where it is "
+                                 "(`x.float()`, `x.to(torch.float32)`, `torch.as_tensor(x, dtype=torch.float32)`); "
+                                 "no lesson of the catalog covers this",
     "generator": "a random op drew on one device with a generator of another: a generator serves only its own "
                  "device's draws. Make it there (`torch.Generator(device=...)`), or draw on the generator's device "
                  "and move the result; no lesson of the catalog covers this",

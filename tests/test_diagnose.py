@@ -2029,6 +2029,29 @@ def test_what_the_seventeenth_batch_showed_unread() -> None:
     assert bare.note.startswith("'0' is no device")
 
 
+def test_a_typed_constructor_given_a_tensor_of_another_device_is_no_lesson() -> None:
+    """`torch.FloatTensor(x)` of a tensor off the CPU: the typed constructor's check of its options, raised as PyTorch
+    raises it (on meta here), no lesson, with what to write; the same check failed by a dtype alone is no device's."""
+    import torch
+
+    with pytest.raises(TypeError, match="expected TensorOptions") as raised:
+        torch.FloatTensor(torch.zeros(2, device="meta"))
+    typed = diagnose.diagnose(f"TypeError: {raised.value}".replace("device=meta", "device=cuda:0"))
+    assert (typed.verdict, typed.facts.template, typed.facts.devices) == \
+        ("not_in_catalog", "legacy_constructor_tensor", ("cuda:0", "cpu"))
+    assert "`x.float()`" in typed.note
+    with pytest.raises(TypeError, match="expected TensorOptions") as dtype_only:
+        torch.LongTensor(torch.zeros(2))
+    assert diagnose.read(f"TypeError: {dtype_only.value}").template is None
+
+
+def test_a_retyped_found_at_least_is_read() -> None:
+    """A paste retyped with a typo ("found at leaset two devices") reads as the codegen message it was."""
+    facts = diagnose.read("RuntimeError:Expected all tensors to be on the same device, but found at leaset two devices, "
+                          "cuda:0 and cuda:1")
+    assert (facts.template, facts.devices) == ("codegen", ("cuda:0", "cuda:1"))
+
+
 def _reading(result: diagnose.Diagnosis) -> tuple[object, ...]:
     """All a diagnosis concludes, and the facts it concludes from (not the message's text as flattened)."""
     facts = result.facts
