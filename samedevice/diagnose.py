@@ -1949,7 +1949,7 @@ def render(d: Diagnosis) -> str:
     for label, value in (("message", f.message), ("template", f.template), ("devices", " and ".join(f.devices)),
                          ("argument", f.argument), ("op", f.op), ("on the CPU", SIDE_WORDS.get(f.side or "")),
                          ("frames", ", ".join(f.frames)),
-                         ("code", ", ".join(f.code)), ("the run", ", ".join(CODE_WHY[r] for r in f.run)),
+                         ("code", ", ".join(f.code)), ("the paste says", ", ".join(CODE_WHY[r] for r in f.run)),
                          ("torch", f.torch_version)):
         if value:
             lines.append(f"  {label}: {value}")

@@ -240,7 +240,7 @@ def test_a_run_resumed_from_a_checkpoint_leans_to_the_resume_lessons_and_names_n
         assert [m.slug for m in result.matches] == ["sgd_momentum", "adam_exp_avg", "wrong_load_order"]
         assert "leaning to it: the run resumed from a checkpoint" in result.matches[0].why
         assert "paste the whole traceback" in result.note
-        assert "the run: the run resumed from a checkpoint" in diagnose.render(result)
+        assert "the paste says: the run resumed from a checkpoint" in diagnose.render(result)
     for code in ('trainer.train(resume_from_checkpoint="ckpt/checkpoint-500")\n',
                  "checkpoint = torch.load(args.resume, map_location='cpu')\n",
                  "resume_dict = torch.load(self.configer.get('network', 'resume'), map_location='cpu')\n"):
