@@ -69,8 +69,8 @@ TEMPLATES = (
     # and given a tensor of another device (`torch.FloatTensor(x_on_cuda)`): the check of its options against the
     # tensor's, tensor_new.cpp (the same message for another dtype on the CPU is no device error: devices must differ)
     _t("legacy_constructor_tensor", "legacy_constructor_tensor",
-       r"expected TensorOptions\(dtype=[\w ]+, device=(?P<b>cpu)\b.*?\) \(got TensorOptions\(dtype=[\w ]+, "
-       r"device=(?P<a>(?!cpu\b)" + DEVICE + ")",
+       r"expected TensorOptions\(dtype=[\w :<>]+, device=(?P<b>cpu)\b(?:[^()]|\([^()]*\))*\) \(got TensorOptions\("
+       r"dtype=[\w :<>]+, device=(?P<a>(?!cpu\b)" + DEVICE + ")",
        "a typed constructor (torch.FloatTensor) given a tensor on another device than the CPU"),
     # a build without the backend a storage is restored to (2.x's UntypedStorage: a checkpoint from a Mac on Linux)
     _t("storage_device", "deserialize", r"Storage device not recognized: (?P<a>\w+)",
@@ -608,6 +608,11 @@ LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d[\d
                      r"|[/\\]torch[/\\]")
 
 
+def _serialized(path: str) -> bool:
+    """A frame of TorchScript's serialized code (`code/__torch__/...`): the graph a trace or a script recorded."""
+    return path.startswith("code/__torch__")
+
+
 def read_frames(text: str) -> tuple[str, ...]:
     kinds: list[str] = []
     for match in FRAME.finditer(text):
@@ -618,8 +623,7 @@ def read_frames(text: str) -> tuple[str, ...]:
     last = [_frame(match) for match in FRAME.finditer(text)][-1:]
     # raised in a forward of the user's own code, by the code of that forward; not TorchScript's serialized code
     # (`code/__torch__/...`), which is the graph a trace or a script recorded, not a forward run as written
-    if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]) \
-            and not last[0][0].startswith("code/__torch__"):
+    if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]) and not _serialized(last[0][0]):
         kinds.append("user_forward")
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
@@ -861,9 +865,11 @@ def _attribute_signals(node: ast.AST) -> list[str]:
     value = node.value
     if isinstance(value, ast.Call) and _call_name(value).split(".")[-1] in FACTORIES:
         return ["plain_tensor_attr"]
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) and _call_name(value.func) == "getattr" \
-            and value.func.args and _call_name(value.func.args[0]) == "torch":
-        return ["plain_tensor_attr"]  # a factory chosen by name: `getattr(torch, "hann_window")(n)`
+    chooser = value.func if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) else None
+    if chooser is not None and _call_name(chooser) == "getattr" and len(chooser.args) == 2 \
+            and _call_name(chooser.args[0]) == "torch" and (not isinstance(chooser.args[1], ast.Constant)
+                                                            or chooser.args[1].value in FACTORIES):
+        return ["plain_tensor_attr"]  # a factory chosen by name: `getattr(torch, window)(n)`, not `torch.device`
     # layers of torch.nn, or instances of classes named as modules are (`metrics.Accuracy()`, `ResBlock()`); not a
     # list of paths, transforms or meters
     if isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.DictComp)) and any(
@@ -1199,7 +1205,8 @@ def _text_signals(code: str) -> list[str]:
     if any(re.search(rf"self\.{name}\.append\(\s*(?:torch\.)?nn\.", code)
            for name in re.findall(r"self\.(\w+)\s*=\s*\[\s*\]", code)):
         found.append("plain_list_layers")
-    by_name = r"getattr\(\s*torch\s*,[^()\n]*\)"  # a factory chosen by name: `getattr(torch, window)(n)`
+    # a factory chosen by name: `getattr(torch, window)(n)`, a name given as a string one of the factories
+    by_name = r"getattr\(\s*torch\s*,\s*(?:\w+|['\"](?:" + "|".join(FACTORIES) + r")['\"])\s*\)"
     if re.search(r"self\.\w+\s*=\s*(?:torch\.(?:" + "|".join(FACTORIES) + r")|" + by_name + r")\(", code):
         found.append("plain_tensor_attr")
     if re.search(r"self\.\w+\s*=\s*[\[{][^\n]*nn\.", code):
@@ -1551,7 +1558,7 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
         found += ("attribute_raised",)
     # TorchScript's serialized code reading a tensor the trace recorded, or a device it recorded as a constant
     # (`device=torch.device("cpu")`: a traced `device=x.device` is written so, a scripted one reads the input's)
-    serialized = bool(frames) and frames[-1][0].startswith("code/__torch__")
+    serialized = bool(frames) and _serialized(frames[-1][0])
     recorded_device = serialized and re.search(r"\bdevice=torch\.device\(\s*[\"']", line) is not None
     if re.search(r"\bCONSTANTS\.c\d+\b", line) or recorded_device:
         found += ("constant_raised",)
@@ -1717,9 +1724,10 @@ NOT_TAUGHT = {
                           "`torch.tensor(data, dtype=torch.long, device=device)` (or torch.empty(..., device=device)); "
                           "no lesson of the catalog covers this",
     "legacy_constructor_tensor": "a typed constructor (torch.FloatTensor, torch.LongTensor) makes CPU tensors only "
-                                 "and refuses a tensor on another device: convert the tensor where it is "
-                                 "(`x.float()`, `x.to(torch.float32)`, `torch.as_tensor(x, dtype=torch.float32)`); "
-                                 "no lesson of the catalog covers this",
+                                 "and refuses a tensor on another device: convert the tensor where it is, to the "
+                                 "dtype the constructor names (`x.float()` for FloatTensor, `x.long()` for "
+                                 "LongTensor, or `x.to(dtype)`, `torch.as_tensor(x, dtype=dtype)`); no lesson of the "
+                                 "catalog covers this",
     "generator": "a random op drew on one device with a generator of another: a generator serves only its own "
                  "device's draws. Make it there (`torch.Generator(device=...)`), or draw on the generator's device "
                  "and move the result; no lesson of the catalog covers this",
@@ -1927,8 +1935,10 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
     """Whether the input shows the scenario's case, beyond its message, and not the other's as well: a frame it
     raises in or a signal of its code that the runner-up does not claim (an embedding's frame is a tokenizer's
     output and a batch never moved alike)."""
-    # mps_device is read from the message's devices: a Mac, not how a tensor got where it is
-    frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device"}
+    # mps_device is read from the message's devices: a Mac, not how a tensor got where it is; torchscript says the
+    # error was raised inside a scripted or traced graph, where an input never moved raises too (a recorded device
+    # is shown by the serialized line, constant_raised, or by the code's trace)
+    frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device", "torchscript"}
     code = set(scenario.clues.code) - set(other.clues.code)
     return bool(set(facts.frames) & frames or set(facts.code) & code)
 
