@@ -1451,7 +1451,10 @@ def read(text: str, code: str = "") -> Facts:
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
     # spoil the parse of the code
-    signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + read_code(_code_lines(text))
+    # a model that never moves is read from what the code lacks: the lines a traceback quotes, one per frame and from
+    # several files, lack every move they do not quote
+    quoted = tuple(s for s in read_code(_code_lines(text)) if s != "model_never_moved")
+    signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + quoted
                                   + _raised(text, template.name if template else None)))
     kind = template.kind if template else None
     if template is not None and template.name == "fsdp_compute" and "cpu" in devices:

@@ -1713,6 +1713,21 @@ def test_an_augmentation_left_unmoved_names_no_lesson_alone() -> None:
     assert "model_never_moved" in diagnose.read_code(model)
 
 
+def test_the_lines_a_traceback_quotes_show_no_model_that_never_moves() -> None:
+    """A model called in one frame and a tensor moved in another, as a traceback quotes them: the quoted lines lack
+    every move they do not quote, so they show no model left behind; the same lines pasted as the code do."""
+    text = ('  File "/w/textual_inversion.py", line 328, in train_embedding\n'
+            "    loss = shared.sd_model(x, c)[0] / gradient_step\n"
+            '  File "/w/ldm/models/diffusion/ddpm.py", line 903, in p_losses\n'
+            "    logvar_t = self.logvar[t].to(self.device)\n"
+            "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)")
+    result = diagnose.diagnose(text)
+    assert "model_never_moved" not in result.facts.code
+    assert result.matches[0].slug == "cpu_lookup_table"
+    code = "loss = sd_model(x, c)\nlogvar_t = logvar[t].to(device)\n"
+    assert "model_never_moved" in diagnose.read_code(code)
+
+
 def test_torchscript_s_serialized_forward_is_no_forward_of_the_user_s_code() -> None:
     """`code/__torch__/.../head.py, in forward` is the graph a trace or a script recorded, not a forward run as
     written: it does not speak for a tensor that forward makes, and the trace's recorded device comes first."""
