@@ -1359,6 +1359,13 @@ UPSTREAM = (
              "release a CPU tensor was moved there too: call it inside `with torch.device('cpu'):` (2.0) or with "
              "the CPU set back as the default", code="lengths_list",
              call=r"(?:[\w.]+\.)?pack_padded_sequence", unless=("pack_sequence",)),
+    # torch.compile's fake tensors merged the devices of every op's inputs, and 2.0 refused copy_ (copy,
+    # slice_scatter) between two, which eager allows: a copy moves the data (fake_tensor.py's handlers, 2.1.0)
+    Upstream("mismatch", "fake_devices", "2.0.0", "2.1.0",
+             "PyTorch 2.0's fake tensors (torch.compile's tracing) refused copy_, copy and slice_scatter between two "
+             "devices, which eager allows since a copy moves the data (pytorch/pytorch#102677, #106172); 2.1.0 "
+             "handles them. On 2.0, move the source first (`dst.copy_(src.to(dst.device))`)",
+             message=r"aten\.(?:copy_?|slice_scatter)\b"),
     # 2.5 moved CTC loss to cuDNN v8's, which read the lengths on the device: CPU (int32) lengths failed inside cuDNN
     Upstream("cudnn", "cudnn_failed", "2.5.0", "2.8.0",
              "from 2.5, cuDNN's CTC loss (v8 API) read input_lengths and target_lengths as device tensors and failed "

@@ -2052,6 +2052,27 @@ def test_what_the_seventeenth_batch_showed_unread() -> None:
     assert bare.note.startswith("'0' is no device")
 
 
+def test_fake_tensors_refusing_a_copy_between_devices_is_fixed_upstream() -> None:
+    """2.0's fake tensors refused copy_ between two devices, which eager allows; this PyTorch's take it (run here on
+    the emulated device), and the 2.0 message says which release fixed it. Another op's refusal is a device error."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from samedevice import emulator
+
+    with FakeTensorMode():
+        on_device, on_cpu = torch.empty(3, device=emulator.device()), torch.empty(3)
+        assert on_device.copy_(on_cpu).device == emulator.device()
+        assert on_cpu.copy_(on_device).device.type == "cpu"
+    old = diagnose.diagnose("RuntimeError: Unhandled FakeTensor Device Propagation for aten.copy_.default, found two "
+                            "different devices cpu, cuda:0")
+    assert old.verdict == "fixed_upstream"
+    assert old.note.startswith("fixed upstream in PyTorch 2.1.0: ")
+    add = diagnose.diagnose("RuntimeError: Unhandled FakeTensor Device Propagation for aten.add.Tensor, found two "
+                            "different devices cpu, cuda:0")
+    assert add.verdict == "ambiguous"
+
+
 def test_a_typed_constructor_given_a_tensor_of_another_device_is_no_lesson() -> None:
     """`torch.FloatTensor(x)` of a tensor off the CPU: the typed constructor's check of its options, raised as PyTorch
     raises it (on meta here), no lesson, with what to write; the same check failed by a dtype alone is no device's."""
