@@ -1713,14 +1713,18 @@ def test_an_augmentation_left_unmoved_names_no_lesson_alone() -> None:
     assert "model_never_moved" in diagnose.read_code(model)
 
 
+def _traceback(*frames: tuple[str, str, str], message: str = MISMATCH) -> str:
+    """A traceback of the given frames (file, function, the line it quotes) ending in the message."""
+    return "".join(f'  File "{path}", line 9, in {func}\n    {line}\n' for path, func, line in frames) + message
+
+
 def test_the_lines_a_traceback_quotes_show_no_model_that_never_moves() -> None:
     """A model called in one frame and a tensor moved in another, as a traceback quotes them: the quoted lines lack
     every move they do not quote, so they show no model left behind; the same lines pasted as the code do."""
-    text = ('  File "/w/textual_inversion.py", line 328, in train_embedding\n'
-            "    loss = shared.sd_model(x, c)[0] / gradient_step\n"
-            '  File "/w/ldm/models/diffusion/ddpm.py", line 903, in p_losses\n'
-            "    logvar_t = self.logvar[t].to(self.device)\n"
-            "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)")
+    text = _traceback(("/w/textual_inversion.py", "train_embedding", "loss = shared.sd_model(x, c)[0] / gradient_step"),
+                      ("/w/ldm/models/diffusion/ddpm.py", "p_losses", "logvar_t = self.logvar[t].to(self.device)"),
+                      message="RuntimeError: indices should be either on cpu or on the same device as the indexed "
+                      "tensor (cpu)")
     result = diagnose.diagnose(text)
     assert "model_never_moved" not in result.facts.code
     assert result.matches[0].slug == "cpu_lookup_table"
@@ -1731,11 +1735,8 @@ def test_the_lines_a_traceback_quotes_show_no_model_that_never_moves() -> None:
 def test_torchscript_s_serialized_forward_is_no_forward_of_the_user_s_code() -> None:
     """`code/__torch__/.../head.py, in forward` is the graph a trace or a script recorded, not a forward run as
     written: it does not speak for a tensor that forward makes, and the trace's recorded device comes first."""
-    text = ('RuntimeError: The following operation failed in the TorchScript interpreter.\n'
-            '  File "code/__torch__/ultralytics/nn/modules/head.py", line 114, in forward\n'
-            '    x1y1 = torch.sub(anchor_points, lt)\n'
-            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
-            "cpu!")
+    text = "RuntimeError: The following operation failed in the TorchScript interpreter.\n" + _traceback(
+        ("code/__torch__/ultralytics/nn/modules/head.py", "forward", "x1y1 = torch.sub(anchor_points, lt)"))
     result = diagnose.diagnose(text)
     assert "user_forward" not in result.facts.frames
     assert result.matches[0].slug == "traced_device_constant"
