@@ -1555,6 +1555,10 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
         return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
     local = template == "indices" and re.search(r"(?<![\w.\])])[A-Za-z_]\w*\s*\[", line) is not None \
         and re.search(r"\bself\.[\w.]+\s*\[", line) is None
+    # and a module's attribute indexed there (`self.logvar[t]`, `self.scheduler.alphas[t]`) is the table kept as a
+    # plain attribute on the CPU, its index on the device: a lookup table's case, whatever the table's name
+    indexed = template == "indices" and not local \
+        and re.search(r"\bself\.[\w.]+\s*\[\s*(?!None\b)[A-Za-z_(]", line) is not None
     given = re.search(r"\.(?:to|cuda|type_as)\(|\*\*\w+", line) or line.count("(") > line.count(")")
     found: tuple[str, ...] = ("factory_raised",) if re.search(TORCH_FACTORY_CALL, line) and not given else ()
     # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
@@ -1572,7 +1576,7 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     recorded_device = serialized and re.search(r"\bdevice=torch\.device\(\s*[\"']", line) is not None
     if re.search(r"\bCONSTANTS\.c\d+\b", line) or recorded_device:
         found += ("constant_raised",)
-    return found + (("local_indexed",) if local else ())
+    return found + (("local_indexed",) if local else ()) + (("attribute_indexed",) if indexed else ())
 
 
 def _code_lines(text: str) -> str:
@@ -1666,6 +1670,7 @@ CODE_WHY = {
     "model is not", "model_moved": "the model is moved to the device",
     "called_on_device": "the moved model is called on inputs moved in the call",
     "local_indexed": "the line that raised indexes a local tensor, not an attribute",
+    "attribute_indexed": "the line that raised indexes a tensor attribute of the module (`self.<name>[index]`)",
     "cpu_input": "the model is run on an input made on the CPU and never moved",
     "group_tensor": "a tensor is put in an optimizer's param group",
     "factory_raised": "the line that raised makes a tensor without device=",

@@ -1363,6 +1363,23 @@ def test_a_local_tensor_indexed_by_device_indices_is_no_attribute_s() -> None:
     assert "local_indexed" not in diagnose.read(text.replace(indices, MISMATCH)).code  # another message: no table
 
 
+def test_a_module_s_attribute_indexed_by_device_indices_is_the_lookup_table_s() -> None:
+    """The indices message raised on a line that indexes a module's attribute (`self.logvar[t]`) is a table kept as
+    a plain attribute on the CPU, its index on the device: `cpu_lookup_table`, named alone, whatever the table's
+    name. A reshaping subscript (`self.mean[None]`) or another message is not a lookup."""
+    indices = "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)"
+    text = ('  File "/w/ldm/models/diffusion/ddpm.py", line 1031, in p_losses\n'
+            '    logvar_t = self.logvar[t].to(self.device)\n' + indices)
+    result = diagnose.diagnose(text)
+    assert "attribute_indexed" in result.facts.code
+    assert result.verdict == "scenario"
+    assert result.matches[0].slug == "cpu_lookup_table"
+    for line in ("m = self.mean[None, :]", "layer = layer[fg_mask]"):
+        assert "attribute_indexed" not in diagnose.read(text.replace("logvar_t = self.logvar[t].to(self.device)",
+                                                                     line)).code, line
+    assert "attribute_indexed" not in diagnose.read(text.replace(indices, MISMATCH)).code
+
+
 def test_broadcast_s_check_is_dataparallel_s_unless_the_code_shows_ddp() -> None:
     """"All tensors must be on devices[0]" is what replicating a module off device_ids[0] met: nn.DataParallel's
     before its own check (the lesson), or 1.x's DDP over several GPUs (no lesson). Alone it says both; the code tells."""
@@ -1632,7 +1649,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace) and breaks elsewhere
     assert result["rest_named"] <= {True: 9, False: 5}[with_code], result["misses"]
-    # one lesson named: 166 of 179 right with the code, 126 of 134 without (a traceback cut before its message
+    # one lesson named: 171 of 184 right with the code, 131 of 139 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
