@@ -16,7 +16,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from pytest_parametrize_cases import Case, parametrize_cases
 
-from benchmarks.bench_diagnose import HELD_OUT_PATH, evaluate, expected_verdict, load
+from benchmarks.bench_diagnose import HELD_OUT_PATH, ceiling, evaluate, expected_verdict, load
 from samedevice import cli, diagnose, registry
 from tests.strategies import pasted
 
@@ -1628,6 +1628,19 @@ def test_accuracy_on_the_reports_does_not_fall(with_code: bool) -> None:
     # a verdict that names one lesson is right this often (the rest are candidates): 19 of 24, 13 of 17 (20 of 24
     # before the audit: two EMA bugs of a library's own and a forced `capturable=True` are labelled no lesson now)
     assert result["confident_right"] >= {True: 0.79, False: 0.76}[with_code], result["misses"]
+
+
+def test_the_ceiling_gives_reports_alike_in_their_message_one_answer() -> None:
+    """The benchmark's upper bound: reports whose messages read alike get one ranking, the commonest labels first;
+    a report of the rest is told apart only where no covered report reads like it."""
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB"
+    reports = [{"error": MISMATCH, "label": label} for label in
+               ("factory_in_forward", "factory_in_forward", "batch_not_moved", "model_not_moved", "plain_list_layers",
+                "not_in_catalog")] + [{"error": oom, "label": "not_in_catalog"}]
+    result = ceiling(reports)
+    assert result["groups"] == 2
+    assert (result["top1"], result["top3"]) == (round(2 / 5, 3), round(4 / 5, 3))
+    assert result["rest_apart"] == 0.5  # the out-of-memory one; the bare message's reads like five lessons
 
 
 @pytest.mark.parametrize("with_code", [True, False], ids=["error_and_code", "error_only"])
