@@ -142,6 +142,10 @@ TEMPLATES = (
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
+    # ATen's dispatch finding no kernel of the op for the tensor's dtype (`"abs_cpu" not implemented for
+    # 'UInt16'`, checked by running torch; `"flip_cuda" not implemented for 'Bool'`): one tensor, its dtype
+    _t("kernel_dtype", "dtype", r"\"(?P<op>\w+)\" not implemented for '(?P<dtype>\w+)'",
+       "an op with no kernel for the tensor's dtype on the device it ran on"),
     _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     # apex's amp.initialize (apex/amp/_initialize.py, check_params_fp32) wants every floating parameter and buffer a
@@ -680,6 +684,10 @@ FACTORY_CALL = r"\b(?:torch|np)\.(?:" + "|".join(sorted(FACTORIES)) + r")\((?![^
 TORCH_FACTORY_CALL = r"\btorch\.(?:" + "|".join(sorted(FACTORIES - {"as_tensor"})) + r")\((?![^\n]*device\s*=)"
 DISTRIBUTION = (r"(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exponential|Poisson|Dirichlet|LogNormal"
                 r"|Cauchy|StudentT|Binomial|MultivariateNormal)")
+# what follows `device_map=` when it names one device, the whole model there (accelerate places a device string, an
+# index, a torch.device or `{"": device}` so; "auto", "balanced", "sequential" or a dict of modules spread it)
+NOT_ONE_DEVICE = r"""(?!\s*(?:['"](?:cuda|cpu|mps|xpu|npu)(?::\d+)?['"]|\d+\b|torch\.device\(|\{\s*['"]{2}\s*:"""\
+    r"""|(?:[\w.]*\.)?\w*device\b))"""
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -703,12 +711,14 @@ SIGNALS = {
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
     "meta": r"device\s*=\s*['\"]meta|torch\.device\(\s*['\"]meta|init_empty_weights|low_cpu_mem_usage|\.to_empty\(",
     "assign_true": r"\bassign\s*=\s*True", "ema": r"\bema\b|\bEMA\w*|shadow",
-    # a device map given by keyword or in a dict of keywords (`{"device_map": "auto"}`)
-    "device_map": r"\bdevice_map['\"]?\s*[=:]",
+    # a device map given by keyword or in a dict of keywords (`{"device_map": "auto"}`); one that names a single device
+    # (`device_map="cuda:0"`, `=0`, `=torch.device(...)`, `={"": 0}`, `=device`) puts the whole model there
+    "device_map": r"\bdevice_map['\"]?\s*[=:]" + NOT_ONE_DEVICE,
     "offload": r"cpu_offload\(|enable_\w*cpu_offload\(|AlignDevicesHook|execution_device"
                r"|offload_(?:folder|state_dict|buffers)\s*=",
     # parts of one model placed on devices of their own: a device map, or a submodule moved by itself
-    "split_model": r"\b(?:device_map|no_split_module_classes|max_memory)['\"]?\s*[=:]|\b(?:self|model)\.\w+\.to\(",
+    "split_model": r"\bdevice_map['\"]?\s*[=:]" + NOT_ONE_DEVICE + r"|\b(?:no_split_module_classes|max_memory)['\"]?"
+                   r"\s*[=:]|\b(?:self|model)\.\w+\.to\(",
     # a Hugging Face model loaded or run
     "hf_model": r"\.from_pretrained\(|\.generate\(|\bpipeline\(",
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
@@ -1831,6 +1841,14 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         return Diagnosis(facts, "not_device_error", note="one device, two layouts: a sparse, MKL-DNN or quantized "
                          "tensor met a plain one. Make it plain (`.to_dense()`, `.dequantize()`) or use the op made "
                          "for it (`torch.sparse.mm`); no device lesson applies")
+    if facts.template == "kernel_dtype":
+        half_on_cpu = bool(re.search(r"(?i)cpu", facts.op or "")) and re.search(r"'(?:Half|BFloat16)'", facts.message)
+        return Diagnosis(facts, "not_device_error", note="the op has no kernel for this dtype on the device it ran on: "
+                         "cast the tensor to one it takes (`.float()`, `.to(torch.uint8)` for a bool mask), or run "
+                         "the op where it has one; no device lesson applies" + (
+                             ". It ran on the CPU in half precision: if the model was meant to run on the GPU, it "
+                             "never got there (print next(model.parameters()).device); on the CPU, compute in "
+                             "float32 (`model.float()`)" if half_on_cpu else ""))
     if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type", "legacy_backend")
                                                and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "

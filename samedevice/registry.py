@@ -213,7 +213,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                    ops=("index_select", "embedding"),
                    code=("tokenizer", "tokenizer_not_moved"), against=("tokenizer_moved",), prior=0.5,
                    confirm="audit.misplaced(device, inputs=enc) names input_ids and attention_mask",
-                   question="does it raise in the embedding (`index_select`), on a tokenizer's output?")),
+                   question="is the index on the CPU a tokenizer's output (input_ids, attention_mask: each "
+                   "key moved?), or a batch from a DataLoader, or indices built by hand?")),
     Scenario("mps_device_pick", "Model placed by a full device picker, batches by 'cuda if available else cpu'",
              "000 seed", _accelerators("mismatch", cuda="none"),
              clues=Clues(sides=("input",), frames=("mps_device", "layer"), arguments=("mat1",), ops=("addmm",),

@@ -1649,20 +1649,20 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 535 covered reports, thirty batches (354 of the first seventeen before the label audit, 367 after); six
+    # 541 covered reports, thirty-one batches (354 of the first seventeen before the label audit, 367 after); six
     # that were "not in the catalog" name the mechanism of a scenario that landed since, param_group_tensor's (three
     # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses
     floor = {True: (0.65, 0.86), False: (0.61, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 69 of 215 with the code, 65 without (of the tenth to thirtieth batches' 161, 15 were right on
-    # arrival)
-    assert result["rest_right"] >= {True: 0.32, False: 0.30}[with_code], result["misses"]
+    # the rest: 70 of 222 with the code, 66 without (of the tenth to thirty-first batches' 168, 15 were right on
+    # arrival: the thirty-first brought 7, none right on arrival, mostly web UIs' own placement of offloaded models)
+    assert result["rest_right"] >= {True: 0.31, False: 0.29}[with_code], result["misses"]
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace) and breaks elsewhere
     assert result["rest_named"] <= {True: 9, False: 5}[with_code], result["misses"]
-    # one lesson named: 171 of 184 right with the code, 131 of 139 without (a traceback cut before its message
+    # one lesson named: 172 of 185 right with the code, 131 of 139 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
@@ -2258,3 +2258,35 @@ def test_torch_compile_s_fake_tensor_device_check_is_a_mismatch_of_its_two_devic
     assert diagnose.diagnose(text).verdict == "ambiguous"
     assert diagnose.read("Unhandled FakeTensor Device Propagation for aten.mm.default, found two different devices "
                          "cuda:0, cuda:1").devices == ("cuda:0", "cuda:1")
+
+
+def test_a_kernel_missing_for_a_dtype_is_no_device_error() -> None:
+    """ATen's `"<kernel>" not implemented for '<dtype>'` (this PyTorch's wording, run here) is one tensor's dtype on
+    the device it ran on, not two devices: answered so. A CPU kernel refusing half precision adds that the model
+    may never have reached the GPU."""
+    import torch
+
+    with pytest.raises(NotImplementedError, match="not implemented for 'UInt16'") as raised:
+        torch.zeros(3, dtype=torch.uint16).abs()
+    for text in (f"NotImplementedError: {raised.value}", "RuntimeError: \"flip_cuda\" not implemented for 'Bool'"):
+        result = diagnose.diagnose(text)
+        assert (result.facts.template, result.verdict) == ("kernel_dtype", "not_device_error"), text
+        assert "never got there" not in result.note
+    half = diagnose.diagnose("RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'")
+    assert (half.verdict, half.facts.op) == ("not_device_error", "addmm_impl_cpu_")
+    assert "if the model was meant to run on the GPU, it never got there" in half.note
+
+
+@pytest.mark.parametrize(("device_map", "split"), [
+    ('"auto"', True), ('"balanced"', True), ('{"model.embed_tokens": 0, "lm_head": 1}', True), ("args.device_map", True),
+    ('torch.device("cuda:0")', False), ('"cuda:1"', False), ('"cuda"', False), ("0", False), ('{"": 0}', False),
+    ("{'': accelerator.process_index}", False), ("device", False), ("self.device", False)])
+def test_a_device_map_that_names_one_device_splits_nothing(device_map: str, split: bool) -> None:
+    """A device map naming one device (a device string, an index, a torch.device, `{"": device}`, a variable that
+    holds a device) puts the whole model there: no split, so two GPUs in the message name no split model alone."""
+    code = f"model = AutoModelForCausalLM.from_pretrained(name, device_map={device_map})\n"
+    assert ("split_model" in diagnose.read_code(code)) is split
+    assert ("device_map" in diagnose.read_code(code)) is split
+    result = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                               "devices, cuda:0 and cuda:1!", code)
+    assert (result.verdict == "scenario") is split
