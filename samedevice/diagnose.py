@@ -338,6 +338,9 @@ TEMPLATES = (
     # CUDA touched in a forked process (a DataLoader worker's transform, a CUDA default tensor type), which CUDA refuses
     _t("cuda_in_fork", "fork", r"Cannot re-initialize CUDA in forked subprocess",
        "CUDA used in a forked process, a DataLoader worker"),
+    # cudaErrorInitializationError's text: CUDA failed to start in this process, a forked one that inherited a
+    # parent's CUDA (a DataLoader worker calling .cuda() where torch's own fork check was not met) or a driver's fault
+    _t("cuda_init", "cuda_init", r"CUDA error: initialization error", "CUDA failed to start in this process"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
@@ -1803,6 +1806,11 @@ NOT_TAUGHT = {
     "fork": "CUDA was used in a forked process, most often a DataLoader worker (a transform calling .cuda(), a CUDA "
             "default device or tensor type): keep the workers on the CPU and move each batch in the main process, or "
             "start them with DataLoader(..., multiprocessing_context='spawn'); no lesson of the catalog covers this",
+    "cuda_init": "CUDA failed to start in this process. In a forked process (a DataLoader worker whose transform "
+                 "or collate_fn calls .cuda(), after the parent used CUDA) it is CUDA used across a fork: keep the "
+                 "workers on the CPU and move each batch in the main process, or start them with "
+                 "multiprocessing_context='spawn'. Outside a fork it is the driver or the container (nvidia-smi, a "
+                 "driver that matches the CUDA build); no lesson of the catalog covers this",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }

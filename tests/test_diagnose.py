@@ -616,6 +616,8 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     # CUDA touched in a forked DataLoader worker
     ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
      "'spawn' start method", "not_in_catalog", "multiprocessing_context='spawn'"),
+    # CUDA failing to start in a process: a forked worker that inherited the parent's CUDA, or the driver
+    ("RuntimeError: CUDA error: initialization error", "not_in_catalog", "Outside a fork it is the driver"),
     # a CPU-only build asked for a CUDA device by torch.cuda.device (torch/cuda/__init__.py's _exchange_device)
     ("RuntimeError: PyTorch was compiled without CUDA support", "not_in_catalog", "CPU-only build"),
     # FSDP given a module on several devices; a _foreach op given its scalars on the device
