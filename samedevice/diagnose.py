@@ -282,9 +282,12 @@ TEMPLATES = (
     _t("fake_devices", "mismatch", r"Unhandled FakeTensor Device Propagation for (?:aten\.)?(?P<op>\w+)(?:\.\w+)?, "
        r"found two different devices (?P<a>" + DEVICE + r"), (?P<b>" + DEVICE + ")",
        "torch.compile's tracing met two devices in one op, as eager's kernel would"),
+    # and a linear solve's (solve, lu_solve, cholesky_solve, triangular_solve: LinearAlgebraUtils.h's
+    # linearSolveCheckInputs, "Expected b and A to be on the same device, but found b on cpu and A on cuda:1
+    # instead."; 1.0's said GPU or CPU)
     _t("named_pair", "mismatch", r"(?:\b(?P<op>i?stft) input and window )?(?:to be|must be) on the same device,? "
-       r"but got (?P<n1>\w+) on (?P<a>" + DEVICE + r") and (?P<n2>\w+) on (?P<b>" + DEVICE + ")",
-       "an op's check of two tensors it names"),
+       r"but (?:got|found) (?P<n1>\w+) on (?P<a>" + DEVICE + r"|[CG]PU\b) and (?P<n2>\w+) on (?P<b>" + DEVICE
+       + r"|[CG]PU\b)", "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
        + DEVICE + r")\b", "an op's check that names the two devices"),
     _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
@@ -514,6 +517,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = [("cpu" if n == "-1" else f"cuda:{n}") if re.fullmatch(r"-?\d+", n) else n for n in names]
     if template.name == "legacy_backend":  # SparseCUDA is CUDA's device, a sparse layout: no other device
         names = [re.sub(r"^(?:Sparse|Mkldnn|Quantized)", "", n) for n in names]
+    if template.name == "named_pair":  # 1.0's linear solve said GPU or CPU
+        names = [{"GPU": "cuda", "CPU": "cpu"}.get(n, n) for n in names]
     if template.name == "different_gpus":
         names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
