@@ -146,7 +146,8 @@ TEMPLATES = (
     # 'UInt16'`, checked by running torch; `"flip_cuda" not implemented for 'Bool'`): one tensor, its dtype
     _t("kernel_dtype", "dtype", r"\"(?P<op>\w+)\" not implemented for '(?P<dtype>\w+)'",
        "an op with no kernel for the tensor's dtype on the device it ran on"),
-    _t("input_weight", "mismatch", r"Input type \((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
+    # (a paste that cut its first words still has both types: "nput type (torch.cuda.FloatTensor) and weight type")
+    _t("input_weight", "mismatch", r"(?:\w*put type )?\((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     # apex's amp.initialize (apex/amp/_initialize.py, check_params_fp32) wants every floating parameter and buffer a
     # CUDA FloatTensor: a CPU type is one the model never moved (a CUDA HalfTensor, a `.half()` call, is no device's)
