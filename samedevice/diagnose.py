@@ -142,10 +142,6 @@ TEMPLATES = (
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
-    # ATen's dispatch finding no kernel of the op for the tensor's dtype (`"abs_cpu" not implemented for
-    # 'UInt16'`, checked by running torch; `"flip_cuda" not implemented for 'Bool'`): one tensor, its dtype
-    _t("kernel_dtype", "dtype", r"\"(?P<op>\w+)\" not implemented for '(?P<dtype>\w+)'",
-       "an op with no kernel for the tensor's dtype on the device it ran on"),
     # (a paste that cut its first words still has both types: "nput type (torch.cuda.FloatTensor) and weight type")
     _t("input_weight", "mismatch", r"(?:\w*put type )?\((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
@@ -345,6 +341,11 @@ TEMPLATES = (
     # cudaErrorInitializationError's text: CUDA failed to start in this process, a forked one that inherited a
     # parent's CUDA (a DataLoader worker calling .cuda() where torch's own fork check was not met) or a driver's fault
     _t("cuda_init", "cuda_init", r"CUDA error: initialization error", "CUDA failed to start in this process"),
+    # ATen's dispatch finding no kernel of the op for the tensor's dtype (`"abs_cpu" not implemented for
+    # 'UInt16'`, checked by running torch; `"flip_cuda" not implemented for 'Bool'`; in an exception's repr the quotes
+    # are escaped): one tensor, its dtype. After the device checks: a log that also holds one is read by it
+    _t("kernel_dtype", "dtype", r"\"(?P<op>\w+)\" not implemented for \\?'(?P<dtype>\w+)\\?'",
+       "an op with no kernel for the tensor's dtype on the device it ran on"),
     # a kernel's own assert (an index past the end: a token id past the embedding, a class past the classes), which
     # CUDA reports at a later call: no placement problem (cudaErrorAssert's text). Last: a log that also holds a
     # device check is read by that check
@@ -695,8 +696,10 @@ DISTRIBUTION = (r"(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exp
                 r"|Cauchy|StudentT|Binomial|MultivariateNormal)")
 # what follows `device_map=` when it names one device, the whole model there (accelerate places a device string, an
 # index, a torch.device or `{"": device}` so; "auto", "balanced", "sequential" or a dict of modules spread it)
-NOT_ONE_DEVICE = r"""(?!\s*(?:['"](?:cuda|cpu|mps|xpu|npu)(?::\d+)?['"]|\d+\b|torch\.device\(|\{\s*['"]{2}\s*:"""\
-    r"""|(?:[\w.]*\.)?\w*device\b))"""
+NOT_ONE_DEVICE = (r"""(?!\s*(?:f?['"](?:cuda|cpu|mps|xpu|npu|hpu|xla)\b|\d+\b|torch\.device\("""
+                  # `{"": device}` alone; a variable or attribute holding a device or a rank (`device`, `DEVICE`,
+                  # `local_rank`, `accelerator.process_index`, `Accelerator().device`)
+                  r"""|\{\s*['"]{2}\s*:[^,{}]*\}|(?:[\w.()]*\.)?\w*(?i:device|rank|process_index)\b))""")
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -1572,12 +1575,16 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     frames = [_frame(m) for m in FRAME.finditer(text)]
     if frames and re.search(r"(?:^|/)torch/", frames[-1][0]):
         return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
-    local = template == "indices" and re.search(r"(?<![\w.\])])[A-Za-z_]\w*\s*\[", line) is not None \
-        and re.search(r"\bself\.[\w.]+\s*\[", line) is None
-    # and a module's attribute indexed there (`self.logvar[t]`, `self.scheduler.alphas[t]`) is the table kept as a
-    # plain attribute on the CPU, its index on the device: a lookup table's case, whatever the table's name
-    indexed = template == "indices" and not local \
-        and re.search(r"\bself\.[\w.]+\s*\[\s*(?!None\b)[A-Za-z_(]", line) is not None
+    subscripted = template == "indices" and re.search(r"(?<![\w.\])])[A-Za-z_]\w*\s*\[", line) is not None
+    local = subscripted and re.search(r"(?<![\w.])self(?:\.\w+)+\s*\[", line) is None
+    # and a module's attribute indexed there, alone (`self.logvar[t]`, `self.scheduler.alphas[:, t]`), is the table
+    # kept as a plain attribute on the CPU, its index on the device: a lookup table's case, whatever the table's name.
+    # Not a reshaping subscript (`self.mean[None, ...]`, slices), nor a layer of a ModuleList called
+    # (`self.blocks[i](x)`), nor beside a local tensor indexed on the same line (`x[mask] + self.table[idx]`)
+    subscripts = re.findall(r"(?<![\w.])self(?:\.\w+)+\s*\[([^\[\]]*)\](?!\s*\()", line)
+    items = [item.strip() for found in subscripts for item in found.split(",")]
+    indexed = template == "indices" and not subscripted and any(
+        item not in ("", "None", "...") and ":" not in item for item in items)
     given = re.search(r"\.(?:to|cuda|type_as)\(|\*\*\w+", line) or line.count("(") > line.count(")")
     found: tuple[str, ...] = ("factory_raised",) if re.search(TORCH_FACTORY_CALL, line) and not given else ()
     # an attribute read as an operand of arithmetic: `x - self.mean`, `self.scale * attn`, not `p=self.p`,
@@ -1856,13 +1863,15 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "tensor met a plain one. Make it plain (`.to_dense()`, `.dequantize()`) or use the op made "
                          "for it (`torch.sparse.mm`); no device lesson applies")
     if facts.template == "kernel_dtype":
-        half_on_cpu = bool(re.search(r"(?i)cpu", facts.op or "")) and re.search(r"'(?:Half|BFloat16)'", facts.message)
+        # half precision in a kernel that is not CUDA's: the CPU's, which lacked most of them before 2.x
+        half_on_cpu = not re.search(r"(?i)cuda", facts.op or "") and re.search(r"'(?:Half|BFloat16)", facts.message)
         return Diagnosis(facts, "not_device_error", note="the op has no kernel for this dtype on the device it ran on: "
                          "cast the tensor to one it takes (`.float()`, `.to(torch.uint8)` for a bool mask), or run "
                          "the op where it has one; no device lesson applies" + (
-                             ". It ran on the CPU in half precision: if the model was meant to run on the GPU, it "
-                             "never got there (print next(model.parameters()).device); on the CPU, compute in "
-                             "float32 (`model.float()`)" if half_on_cpu else ""))
+                             ". Where it ran on the CPU in half precision (older releases lacked most half kernels "
+                             "there): if the model was meant to run on the GPU, it never got there (print "
+                             "next(model.parameters()).device); on the CPU, compute in float32 (`model.float()`)"
+                             if half_on_cpu else ""))
     if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type", "legacy_backend")
                                                and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "
