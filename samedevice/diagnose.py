@@ -1676,6 +1676,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if lean in clues.leans:  # weighs as a prior: it orders the candidates, never names one alone (shown)
             total += WEIGHTS["lean"]
             why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
+    if facts.template in clues.older:  # a wording older than the mechanism: its op and argument count for less
+        total -= WEIGHTS["argument"] + WEIGHTS["op"]
+        why.append("but the message's wording is an older release's than this mechanism")
     for signal in set(clues.against) & set(facts.code):  # the code shows what this scenario's broken code lacks
         total -= 2 * WEIGHTS["code"]
         why.append(f"but the code: {CODE_WHY.get(signal, signal)}")

@@ -1670,7 +1670,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # 566 covered reports, thirty-four batches (354 of the first seventeen before the label audit, 367 after); six
     # that were "not in the catalog" name the mechanism of a scenario that landed since, param_group_tensor's (three
     # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses
-    floor = {True: (0.66, 0.86), False: (0.62, 0.83)}[with_code]
+    floor = {True: (0.67, 0.86), False: (0.63, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
     # the rest: 71 of 228 with the code, 67 without (of the tenth to thirty-fourth batches' 174, 15 were right on
@@ -2338,3 +2338,17 @@ def test_a_linear_solve_s_check_names_its_two_devices() -> None:
     old = diagnose.read("RuntimeError: Expected b and A to be on the same device, but found b on GPU and A on CPU "
                         "instead.")
     assert old.devices == ("cuda", "cpu")
+
+
+def test_an_index_in_an_older_release_s_wording_is_a_batch_before_a_tokenizer_s_output() -> None:
+    """A tokenizer's output moved as a dict came with transformers 3, in PyTorch 1.5's time: an embedding's index
+    on the CPU in the wording of an older release lists a batch never moved first, the tokenizer's output after it;
+    the same index in today's wording lists the tokenizer's output first."""
+    old = diagnose.diagnose("RuntimeError: Expected object of device type cuda but got device type cpu for argument "
+                            "#3 'index' in call to _th_index_select")
+    assert [m.slug for m in old.matches][:2] == ["batch_not_moved", "tokenizer_outputs"]
+    assert "but the message's wording is an older release's than this mechanism" in old.matches[1].why
+    new = diagnose.diagnose("RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                            "devices, cuda:0 and cpu! (when checking argument for argument index in method "
+                            "wrapper_CUDA__index_select)")
+    assert [m.slug for m in new.matches][:2] == ["tokenizer_outputs", "batch_not_moved"]
