@@ -1667,21 +1667,21 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 566 covered reports, thirty-four batches (354 of the first seventeen before the label audit, 367 after); six
+    # 575 covered reports, thirty-five batches (354 of the first seventeen before the label audit, 367 after); six
     # that were "not in the catalog" name the mechanism of a scenario that landed since, param_group_tensor's (three
     # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses
     floor = {True: (0.67, 0.86), False: (0.63, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 71 of 228 with the code, 67 without (of the tenth to thirty-fourth batches' 174, 15 were right on
+    # the rest: 71 of 230 with the code, 67 without (of the tenth to thirty-fifth batches' 176, 15 were right on
     # arrival: the thirty-first brought 7, none right on arrival, mostly web UIs' own placement of offloaded models)
-    assert result["rest_right"] >= {True: 0.31, False: 0.29}[with_code], result["misses"]
+    assert result["rest_right"] >= {True: 0.30, False: 0.29}[with_code], result["misses"]
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
     # hands the batch back on the CPU) and breaks elsewhere
     assert result["rest_named"] <= {True: 10, False: 6}[with_code], result["misses"]
-    # one lesson named: 176 of 190 right with the code, 134 of 143 without (a traceback cut before its message
+    # one lesson named: 182 of 196 right with the code, 140 of 149 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
