@@ -1367,28 +1367,28 @@ def test_a_local_tensor_indexed_by_device_indices_is_no_attribute_s() -> None:
     assert "local_indexed" not in diagnose.read(text.replace(indices, MISMATCH)).code  # another message: no table
 
 
+INDICES = "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)"
+# a traceback's last frame, its raising line to fill in, and the indices message
+RAISED_IN_P_LOSSES = '  File "/w/ldm/models/diffusion/ddpm.py", line 1031, in p_losses\n    {}\n' + INDICES
+
+
 def test_a_module_s_attribute_indexed_by_device_indices_is_the_lookup_table_s() -> None:
     """The indices message raised on a line that indexes a module's attribute (`self.logvar[t]`) is a table kept as
     a plain attribute on the CPU, its index on the device: `cpu_lookup_table`, named alone, whatever the table's
     name. A reshaping subscript (`self.mean[None]`) or another message is not a lookup."""
-    indices = "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)"
-    text = ('  File "/w/ldm/models/diffusion/ddpm.py", line 1031, in p_losses\n'
-            '    logvar_t = self.logvar[t].to(self.device)\n' + indices)
-    result = diagnose.diagnose(text)
-    assert "attribute_indexed" in result.facts.code
-    assert result.verdict == "scenario"
-    assert result.matches[0].slug == "cpu_lookup_table"
-    raising = "logvar_t = self.logvar[t].to(self.device)"
+    named = diagnose.diagnose(RAISED_IN_P_LOSSES.format("logvar_t = self.logvar[t].to(self.device)"))
+    assert (named.verdict, named.matches[0].slug) == ("scenario", "cpu_lookup_table")
+    assert "attribute_indexed" in named.facts.code
     for line in ("a = self.table[:, t]", "a = self.table[..., t]", "a = self.table[-t]",
-                 "a = self.scheduler.alphas_cumprod[timestep]"):
-        assert "attribute_indexed" in diagnose.read(text.replace(raising, line)).code, line
+                 "a = self.scheduler.alphas_cumprod[timestep]",
+                 "self." * 40000 + "x[t]"):  # a chain of 40000 attributes, read in one pass, not from each link
+        assert "attribute_indexed" in diagnose.read(RAISED_IN_P_LOSSES.format(line)).code, line[:40]
     # a reshaping subscript, a local tensor indexed, a layer of a ModuleList called, a local beside the attribute
     for line in ("m = self.mean[None, :]", "layer = layer[fg_mask]", "x = self.blocks[i](x)",
                  "out = self.heads[k](feats)[idx]", "y = x[mask] + self.table[idx]"):
-        assert "attribute_indexed" not in diagnose.read(text.replace(raising, line)).code, line
-    assert "attribute_indexed" not in diagnose.read(text.replace(indices, MISMATCH)).code
-    # a chain of 40000 attributes is read in one pass, not retried from each of its links
-    assert "attribute_indexed" in diagnose.read(text.replace(raising, "self." * 40000 + "x[t]")).code
+        assert "attribute_indexed" not in diagnose.read(RAISED_IN_P_LOSSES.format(line)).code, line
+    another = RAISED_IN_P_LOSSES.format("logvar_t = self.logvar[t]").replace(INDICES, MISMATCH)
+    assert "attribute_indexed" not in diagnose.read(another).code
 
 
 def test_broadcast_s_check_is_dataparallel_s_unless_the_code_shows_ddp() -> None:
