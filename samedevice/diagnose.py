@@ -143,7 +143,7 @@ TEMPLATES = (
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
     # (a paste that cut its first words still has both types: "nput type (torch.cuda.FloatTensor) and weight type")
-    _t("input_weight", "mismatch", r"(?:\w*put type )?\((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
+    _t("input_weight", "mismatch", r"(?:(?<!\w)\w*put type )?\((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
     # apex's amp.initialize (apex/amp/_initialize.py, check_params_fp32) wants every floating parameter and buffer a
     # CUDA FloatTensor: a CPU type is one the model never moved (a CUDA HalfTensor, a `.half()` call, is no device's)
@@ -696,10 +696,12 @@ DISTRIBUTION = (r"(?:Normal|Uniform|Bernoulli|Categorical|Beta|Gamma|Laplace|Exp
                 r"|Cauchy|StudentT|Binomial|MultivariateNormal)")
 # what follows `device_map=` when it names one device, the whole model there (accelerate places a device string, an
 # index, a torch.device or `{"": device}` so; "auto", "balanced", "sequential" or a dict of modules spread it)
-NOT_ONE_DEVICE = (r"""(?!\s*(?:f?['"](?:cuda|cpu|mps|xpu|npu|hpu|xla)\b|\d+\b|torch\.device\("""
-                  # `{"": device}` alone; a variable or attribute holding a device or a rank (`device`, `DEVICE`,
-                  # `local_rank`, `accelerator.process_index`, `Accelerator().device`)
-                  r"""|\{\s*['"]{2}\s*:[^,{}]*\}|(?:[\w.()]*\.)?\w*(?i:device|rank|process_index)\b))""")
+NOT_ONE_DEVICE = (r"""(?!\s*(?:f?['"](?:cuda|cpu|mps|xpu|npu|hpu|xla)\b|\d+\b|None\b|torch\.device\("""
+                  # `{"": device}` alone, its value with calls or an f-string in it (`{"": f"cuda:{rank}"}`); a
+                  # variable or attribute holding a device or a rank (`device`, `DEVICE`, `local_rank`,
+                  # `accelerator.process_index`, `Accelerator().device`)
+                  r"""|\{\s*['"]{2}\s*:(?:[^,{}()]|\((?:[^()]|\([^()]*\))*\)|\{[^{}]*\})*\}"""
+                  r"""|(?:[\w.()]*\.)?(?:\w*_)?(?i:device|rank|process_index)\b))""")
 # signal -> regex over the code's text, where no ast rule decides it (snippets are often fragments)
 SIGNALS = {
     "optimizer_load": r"\b\w*optim\w*\.load_state_dict\(",
@@ -1575,13 +1577,17 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     frames = [_frame(m) for m in FRAME.finditer(text)]
     if frames and re.search(r"(?:^|/)torch/", frames[-1][0]):
         return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
-    subscripted = template == "indices" and re.search(r"(?<![\w.\])])[A-Za-z_]\w*\s*\[", line) is not None
+    keyword = r"(?:return|in|if|else|and|or|not|is|yield|await|lambda|for|assert)\b"  # `return [...]` indexes nothing
+    subscripted = template == "indices" and re.search(rf"(?<![\w.\])])(?!{keyword})[A-Za-z_]\w*\s*\[", line) is not None
     local = subscripted and re.search(r"(?<![\w.])self(?:\.\w+)+\s*\[", line) is None
     # and a module's attribute indexed there, alone (`self.logvar[t]`, `self.scheduler.alphas[:, t]`), is the table
     # kept as a plain attribute on the CPU, its index on the device: a lookup table's case, whatever the table's name.
     # Not a reshaping subscript (`self.mean[None, ...]`, slices), nor a layer of a ModuleList called
-    # (`self.blocks[i](x)`), nor beside a local tensor indexed on the same line (`x[mask] + self.table[idx]`)
-    subscripts = re.findall(r"(?<![\w.])self(?:\.\w+)+\s*\[([^\[\]]*)\](?!\s*\()", line)
+    # (`self.blocks[i](x)`) or one of its own attributes (`self.layers[i].emb[idx]`; a tensor's method is the table's:
+    # `self.logvar[t].to(device)`), nor beside a local tensor indexed on the same line (`x[mask] + self.table[idx]`)
+    subscripts = re.findall(r"(?<![\w.])self(?:\.\w+)+\s*\[([^\[\]]*)\](?!\s*\(|\s*\.(?!(?:to|cuda|cpu|float|double"
+                            r"|half|long|int|bool|type_as|view|reshape|unsqueeze|squeeze|expand|expand_as|clone|detach"
+                            r"|contiguous)\b)\w+\s*[(\[])", line)
     items = [item.strip() for found in subscripts for item in found.split(",")]
     indexed = template == "indices" and not subscripted and any(
         item not in ("", "None", "...") and ":" not in item for item in items)
@@ -1661,11 +1667,15 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
             why.append(f"the traceback passes through {frame.replace('_', ' ')}")
     # an argument counts in the scenario's ops (mat2 of nn.Linear's addmm is its weight; of a bmm it is not)
     op_fits = not (facts.op and clues.ops) or any(op_is(facts.op, op) for op in clues.ops)
+    # a wording older than the mechanism: the op and the argument it names do not count for it
+    older = facts.template in clues.older
     if facts.argument and facts.argument in clues.arguments and op_fits:  # one scenario's argument counts double
-        total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments for s in registry.SCENARIOS) == 1
-                                        else 1)
-        why.append(f"the argument is `{facts.argument}`")
-    if facts.op and clues.ops and op_fits:
+        if not older:
+            total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments
+                                                     for s in registry.SCENARIOS) == 1 else 1)
+        why.append(f"the argument is `{facts.argument}`" + (", but the message's wording is an older release's than "
+                                                              "this mechanism" if older else ""))
+    if facts.op and clues.ops and op_fits and not older:
         total += WEIGHTS["op"]
         why.append(f"the op is `{facts.op}`")
     for signal in facts.code:
@@ -1676,9 +1686,6 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if lean in clues.leans:  # weighs as a prior: it orders the candidates, never names one alone (shown)
             total += WEIGHTS["lean"]
             why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
-    if facts.template in clues.older:  # a wording older than the mechanism: its op and argument count for less
-        total -= WEIGHTS["argument"] + WEIGHTS["op"]
-        why.append("but the message's wording is an older release's than this mechanism")
     for signal in set(clues.against) & set(facts.code):  # the code shows what this scenario's broken code lacks
         total -= 2 * WEIGHTS["code"]
         why.append(f"but the code: {CODE_WHY.get(signal, signal)}")
