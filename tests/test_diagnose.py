@@ -2363,3 +2363,11 @@ def test_an_index_in_an_older_release_s_wording_is_a_batch_before_a_tokenizer_s_
                             "devices, cuda:0 and cpu! (when checking argument for argument index in method "
                             "wrapper_CUDA__index_select)")
     assert [m.slug for m in new.matches][:2] == ["tokenizer_outputs", "batch_not_moved"]
+
+
+@pytest.mark.parametrize("text", ["a" * 200000 + "[", '"' + "a" * 200000 + '" not implemented', "self.a[" + "x" * 200000])
+def test_a_long_run_of_word_characters_is_read_in_one_pass(text: str) -> None:
+    """A message's optional start (convolution's "Input type", cut to "nput type") is tried only where a word begins,
+    so 200 KB of one word is read at once, not retried from each of its letters."""
+    assert diagnose.diagnose(RAISED_IN_P_LOSSES.format(text)).facts.template == "indices"
+    assert diagnose.diagnose(text).verdict == "unknown"
