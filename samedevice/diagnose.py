@@ -735,7 +735,11 @@ SIGNALS = {
                    r"\s*[=:]|\b(?:self|model)\.\w+\.to\(",
     # a Hugging Face model loaded or run
     "hf_model": r"\.from_pretrained\(|\.generate\(|\bpipeline\(",
-    "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]",
+    # 'cuda' without an index, and the legacy CUDA constructors (`torch.cuda.FloatTensor(n, k)`) unless given
+    # `device=`: they allocate on the current device as `.cuda()` does (torch/csrc/utils/tensor_new.cpp,
+    # legacy_tensor_generic_ctor_new: its options come from the dispatch key, a device type with no index)
+    "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]"
+                  r"|\btorch\.cuda\.\w*Tensor\((?![^\n]*device\s*=)",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # several processes shown, not only a device index: a process group, a launcher's rank variables, DDP
     "processes": r"init_process_group\(|LOCAL_RANK|\blocal_rank\b|environ\[\s*['\"]RANK|DistributedDataParallel\(|"
@@ -1731,7 +1735,8 @@ CODE_WHY = {
     "device_map": "a model is loaded with a device map", "offload": "parts of the model are offloaded to the CPU "
     "(cpu_offload, enable_*_cpu_offload, an execution device)",
     "split_model": "parts of one model are placed on devices of their own (a device map, a submodule moved alone)",
-    "index_less": "'cuda' without an index (`.cuda()`, `.to('cuda')`): the current device, cuda:0 unless set",
+    "index_less": "'cuda' without an index (`.cuda()`, `.to('cuda')`, `torch.cuda.FloatTensor(...)`): the current "
+                  "device, cuda:0 unless set",
     "ranks": "ranks or a device index past 0 (local_rank, set_device, cuda:1)",
     "processes": "several processes (init_process_group, LOCAL_RANK, DistributedDataParallel, spawn, torchrun)",
     "cpu_device": "the device is chosen as the CPU", "cpu_host": "the CPU is chosen as the device or the load's map",
