@@ -18,7 +18,9 @@ the reporter pasted (error and code), and with the error text alone.
   list of candidates and the question that tells them apart, or another verdict.
 - one lesson named: the reports whose verdict is "scenario" (one lesson, not a list of candidates), and how
   often that lesson is the label: what a person who trusts a confident answer can expect of it.
-The time is one `samedevice diagnose` process, start to exit, median of 5 (it imports no torch).
+The time is one `samedevice diagnose` process, start to exit, median of 5 (it imports no torch); and the
+slowest answer to pastes of 200 KB made to try its patterns (blank lines, one word, brackets, error names):
+each is read in one pass, so none should take more than a few seconds.
 Results go to benchmarks/out/ (ignored by git) unless --save writes benchmarks/results/diagnose.json.
 """
 
@@ -126,6 +128,22 @@ def answer_time(rounds: int) -> dict[str, float]:
             "max_s": round(max(times), 3)}
 
 
+# 200 KB pastes that would make a pattern retried from each of their characters take minutes
+HARD_PASTES = {"blank lines": "\n" * 200000, "indented blank lines": " \n" * 100000, "one word": "a" * 200000,
+               "one word in brackets": "self.a[" + "x" * 200000, "open brackets": "(" * 200000,
+               "error names": "RuntimeError: " * 15000, "dotted names": "x.y." * 50000 + "Error: a",
+               "rank prefixes": "[rank0]: \n" * 20000, "frames": 'File "' * 40000}
+
+
+def hard_paste_times() -> dict[str, float]:
+    times = {}
+    for name, text in HARD_PASTES.items():
+        start = time.perf_counter()
+        diagnose.diagnose(text)
+        times[name] = round(time.perf_counter() - start, 3)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show-misses", action="store_true", help="list each report diagnosed wrongly")
@@ -136,7 +154,7 @@ def main() -> None:
                               "held_out_with_code": evaluate(held_out, True),
                               "held_out_error_only": evaluate(held_out, False),
                               "held_out_ceiling": ceiling(held_out),
-                              "answer": answer_time(1 if args.quick else 5)}
+                              "answer": answer_time(1 if args.quick else 5), "hard_pastes_s": hard_paste_times()}
     for name in ("with_code", "error_only", "held_out_with_code", "held_out_error_only"):
         row = result[name]
         print(f"{name:19}: covered {row['covered']}: top-1 {row['top1']:.0%}, top-3 {row['top3']:.0%}; "
@@ -152,6 +170,8 @@ def main() -> None:
           "facts): "
           f"top-1 {top['top1']:.0%}, top-3 {top['top3']:.0%}; the rest answered right {top['rest_apart']:.0%}")
     print(f"one `samedevice diagnose` process: {result['answer']['median_s']:.2f} s (median)")
+    slowest = max(result["hard_pastes_s"], key=result["hard_pastes_s"].get)
+    print(f"slowest of {len(HARD_PASTES)} pastes of 200 KB: {result['hard_pastes_s'][slowest]:.2f} s ({slowest})")
     write("diagnose", result, args.save)
 
 

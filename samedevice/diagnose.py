@@ -357,7 +357,7 @@ TEMPLATES = (
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 # an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
-ERROR_LINE = re.compile(r"^\s*(?:E\s+|\[rank\d+\]:\s*)?\w+(?:Error|Exception)\b", re.M)
+ERROR_LINE = re.compile(r"^[ \t]*(?:E[ \t]+|\[rank\d+\]:[ \t]*)?\w+(?:Error|Exception)\b", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1481,7 +1481,7 @@ def read(text: str, code: str = "") -> Facts:
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ()) \
-        + (("rank_log",) if re.search(r"(?m)^\s*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
+        + (("rank_log",) if re.search(r"(?m)^[ \t]*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
@@ -1913,6 +1913,11 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                          "shape or dtype its kernel does not take, or the driver. Run it once with "
                          "torch.backends.cudnn.flags(enabled=False) to see whether cuDNN is the cause; no device "
                          "lesson applies")
+    plain = _other_error(text) if facts.kind is None else None
+    if plain:
+        return Diagnosis(facts, "not_device_error", note=f"the error shown (`{plain[:200]}`) says nothing of devices "
+                         "and its traceback passes through none of torch's device code: no device lesson applies. If "
+                         "the log holds a device error before it, paste that one")
     if facts.kind is None and (not facts.code or _error_shown(text)):
         return Diagnosis(facts, "unknown", note="no device error found in the input")
     claimed = {frame for s in registry.SCENARIOS for frame in s.clues.frames}
@@ -2000,6 +2005,25 @@ def _error_shown(text: str) -> bool:
 
 
 INTERPRETER_FAILED = re.compile(r":\s*The following operation failed in the TorchScript interpreter")
+# the last error a paste shows, with its message (`TypeError: ... must be Tensor, not numpy.float64`)
+LAST_ERROR = re.compile(r"^[ \t]*(?:E[ \t]+|\[rank\d+\]:[ \t]*)?(?:\w+\.)*\w*(?:Error|Exception):[ \t]*"
+                        r"(?P<message>\S.*)$", re.M)
+# words a device's error has, whole or cut short (`Expected all tensors to be on the s`, `Input type (torch.cuda.`)
+DEVICE_WORDS = (r"(?i)cuda|cpu|gpu|device|\b(?:mps|xpu|npu|hpu|xla|meta|hip|rocm|nccl)\b|backend|storage|located"
+                r"|map_location|deseriali|placeholder|\btensors? (?:to be )?on\b|same device|TorchScript interpreter")
+
+
+def _other_error(text: str) -> str | None:
+    """The last error a paste shows, where it is plainly no device's: its message names no device, none cut short,
+    and its traceback passes through none of torch's device code (`torch/cuda/random.py` restoring the RNG states
+    of GPUs the host lacks raises an IndexError)."""
+    errors = list(LAST_ERROR.finditer(text))
+    if not errors or re.search(DEVICE_WORDS, errors[-1]["message"]):
+        return None
+    if any(re.search(r"[/\\]torch[/\\](?:cuda|distributed|serialization|random)", path)
+           for path, _ in map(_frame, FRAME.finditer(text))):
+        return None
+    return errors[-1].group(0).strip()
 
 
 def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -> bool:
