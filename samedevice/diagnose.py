@@ -23,7 +23,9 @@ scenario fits is "not in the catalog", with the facts and no invented lesson.
 from __future__ import annotations
 
 import ast
+import bisect
 import dataclasses
+import functools
 import json
 import re
 import textwrap
@@ -829,6 +831,7 @@ def _tokenizer_outputs_moved(code: str) -> bool:
     return bool(set(bound) & set(re.findall(r"\b(\w+)\.(?:to|cuda)\(", code)))
 
 
+@functools.lru_cache(maxsize=4)  # diagnose() and read() clean the same paste: a log of megabytes is cleaned once
 def _clean(text: str) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
     surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, and a quoted
@@ -1091,20 +1094,33 @@ def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[as
     """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
     `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
     built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
+    # each name's moves and bindings in line order (a line's own order kept), the last before a run found by
+    # bisection: a log that quotes thousands of lines is read in n log n, not n squared
+    moves: dict[str, tuple[list[int], list[bool]]] = {}
+    for line, bound, is_move in sorted(events, key=lambda event: event[0]):
+        moves.setdefault(bound, ([], []))[0].append(line)
+        moves[bound][1].append(is_move)
+    values: dict[str, tuple[list[int], list[ast.expr]]] = {}
+    for n in sorted(assigns, key=lambda n: n.lineno):
+        for target in n.targets:
+            if isinstance(target, ast.Name):
+                values.setdefault(target.id, ([], []))[0].append(n.lineno)
+                values[target.id][1].append(n.value)
     for call in calls:
         name = _run_model_name(call)
         if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
             continue
-        before = [moved for line, bound, moved in events if bound == name and line < call.lineno]
-        if before and not before[-1]:
+        move_lines, moved = moves.get(name, ([], []))
+        at = bisect.bisect_left(move_lines, call.lineno)
+        if at and not moved[at - 1]:
             continue
         for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]:
             if _made_on_the_cpu(arg):
                 return True
             if isinstance(arg, ast.Name):  # the last binding of the name before the run
-                last = [n.value for n in assigns if n.lineno < call.lineno
-                        and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)][-1:]
-                if last and _made_on_the_cpu(last[0]):
+                value_lines, value = values.get(arg.id, ([], []))
+                at = bisect.bisect_left(value_lines, call.lineno)
+                if at and _made_on_the_cpu(value[at - 1]):
                     return True
     return False
 
@@ -1868,8 +1884,8 @@ def _calls(text: str, facts: Facts) -> tuple[str, ...]:
 
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
-    text = _clean(text)
     facts = read(text, code)
+    text = _clean(text)  # as read() cleaned it
     # a message that names two devices and dtypes, and the devices are one: the dtypes differ
     one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1
     if facts.template == "legacy_backend" and len(facts.devices) < 2 \
