@@ -591,7 +591,9 @@ FRAMES = {
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
-    "optimizer_step": r"\b\w*optim\w*\.step\(|scheduler\.step|\.step\(\)",
+    # an optimizer's step by the name that holds it (`optimizer.step()`, `opt_g.step()`, `scaler.step(optimizer)`), not
+    # any step (`self.step()` of a trainer, `env.step(action)`)
+    "optimizer_step": r"\b\w*opt\w*\.step\(|scheduler\.step|\bscaler\.step\(",
     "loss": r"\bcriterion\(|\bloss_fn\(|\bloss\w* = \w*(?:loss|criterion)\w*\(|F\.(?:cross_entropy|nll_loss)",
     "generate": r"\.generate\(",
     "serialization": r"torch\.load\(",
@@ -1620,7 +1622,15 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     item = r"\s*(?:None|\.\.\.)\s*|[^\[\],:]*:[^\[\],:]*(?::[^\[\],:]*)?"
     attr = rf"self\.\w+\b(?:\[(?:{item})(?:,(?:{item}))*,?\s*\])?(?!\s*[(.\[\w])"
     operand = rf"[-+*/@%]\s*\(?\s*{attr}|\b{attr}\s*\)?\s*(?:[-+*/@%](?!=))"
-    if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)):
+    # or an operand of a torch function, among its first two arguments (`th.mm(latent, self.exploration_mat)`), or
+    # the tensor a method that reads another is called on (`self.weights.index_select(0, ids)`); not a layer's own
+    # weight or bias, which a custom layer keeps as registered parameters (`F.conv2d(x, self.weight, ...)`)
+    attr_operand = r"self\.(?!(?:weight|bias)\b)\w+\s*[,)]"
+    function = rf"\b(?:torch|th|F)\.\w+\(\s*(?:[^(),\n]+,\s*)?{attr_operand}"
+    method = (r"(?<![\w.])self\.(?!(?:weight|bias)\b)\w+\.(?:index_select|gather|take|take_along_dim|mm|bmm|matmul"
+              r"|mul|add|sub|div|masked_fill|where|scatter|index_add)\(")
+    if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)) or re.search(function, line) \
+            or re.search(method, line):
         found += ("attribute_raised",)
     # TorchScript's serialized code reading a tensor the trace recorded, or a device it recorded as a constant
     # (`device=torch.device("cpu")`: a traced `device=x.device` is written so, a scripted one reads the input's)
@@ -1687,15 +1697,20 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
             why.append(f"the traceback passes through {frame.replace('_', ' ')}")
     # an argument counts in the scenario's ops (mat2 of nn.Linear's addmm is its weight; of a bmm it is not)
     op_fits = not (facts.op and clues.ops) or any(op_is(facts.op, op) for op in clues.ops)
-    # a wording older than the mechanism: the op and the argument it names do not count for it
-    older = facts.template in clues.older
+    # a wording older than the mechanism: the op and the argument it names do not count for it; nor for a layer's
+    # scenario where the line that raised reads a module's tensor attribute (`th.mm(latent, self.exploration_mat)`):
+    # the op is that line's, and its argument no layer's weight
+    unfit = ""
+    if facts.template in clues.older:
+        unfit = ", but the message's wording is an older release's than this mechanism"
+    elif "attribute_raised" in facts.code and "layer" in clues.frames:
+        unfit = ", but the line that raised reads a module's tensor attribute, not a layer's weight"
     if facts.argument and facts.argument in clues.arguments and op_fits:  # one scenario's argument counts double
-        if not older:
+        if not unfit:
             total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments
                                                      for s in registry.SCENARIOS) == 1 else 1)
-        why.append(f"the argument is `{facts.argument}`" + (", but the message's wording is an older release's than "
-                                                              "this mechanism" if older else ""))
-    if facts.op and clues.ops and op_fits and not older:
+        why.append(f"the argument is `{facts.argument}`" + unfit)
+    if facts.op and clues.ops and op_fits and not unfit:
         total += WEIGHTS["op"]
         why.append(f"the op is `{facts.op}`")
     for signal in facts.code:
