@@ -359,7 +359,7 @@ TEMPLATES = (
 )
 TEMPLATE_WHY = {t.name: t.why for t in TEMPLATES}
 # an error the templates did not read, as Python, pytest (`E   `) and torchrun (`[rank0]: `) print it
-ERROR_LINE = re.compile(r"^[ \t]*(?:E[ \t]+|\[rank\d+\]:[ \t]*)?\w+(?:Error|Exception)\b", re.M)
+ERROR_LINE = re.compile(r"^[^\S\n]*(?:E[^\S\n]+|\[rank\d+\]:[^\S\n]*)?\w+(?:Error|Exception)\b", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -739,11 +739,12 @@ SIGNALS = {
                    r"\s*[=:]|\b(?:self|model)\.\w+\.to\(",
     # a Hugging Face model loaded or run
     "hf_model": r"\.from_pretrained\(|\.generate\(|\bpipeline\(",
-    # 'cuda' without an index, and the legacy CUDA constructors (`torch.cuda.FloatTensor(n, k)`) unless given
-    # `device=`: they allocate on the current device as `.cuda()` does (torch/csrc/utils/tensor_new.cpp,
-    # legacy_tensor_generic_ctor_new: its options come from the dispatch key, a device type with no index)
+    # 'cuda' without an index, and the legacy CUDA types (`torch.cuda.FloatTensor(n, k)`, `Tensor =
+    # torch.cuda.FloatTensor`, `.type(torch.cuda.FloatTensor)`) unless a call gives `device=`: they allocate on the
+    # current device as `.cuda()` does (torch/csrc/utils/tensor_new.cpp, legacy_tensor_generic_ctor_new: its
+    # options come from the dispatch key, a device type with no index)
     "index_less": r"\.cuda\(\)|\.to\(['\"]cuda['\"]\)|device\s*=\s*['\"]cuda['\"]"
-                  r"|\btorch\.cuda\.\w*Tensor\((?![^\n]*device\s*=)",
+                  r"|\btorch\.cuda\.[A-Z]\w*Tensor\b(?!\s*\((?:[^()]|\([^()]*\))*\bdevice\s*=)",
     "ranks": r"local_rank|\brank\b|set_device\(|cuda:[1-9]",
     # several processes shown, not only a device index: a process group, a launcher's rank variables, DDP
     "processes": r"init_process_group\(|LOCAL_RANK|\blocal_rank\b|environ\[\s*['\"]RANK|DistributedDataParallel\(|"
@@ -1052,6 +1053,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
     an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
     inputs: the labels) is the batch's case again."""
     models = {name for _, name, moved in events if moved}
+    moves = _moves_by_name(events)
     placed: set[str] = set()  # names bound to a tensor on the device
     for n in assigns:
         if _on_device(n.value, placed):
@@ -1065,8 +1067,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
             name = _run_model_name(call)
             if name not in models:
                 continue
-            before = [m for line, bound, m in events if bound == name and line < call.lineno]
-            moved = bool(before) and before[-1]
+            moved = bool(_moved_by(moves, name, call.lineno))
         runs += 1
         if not moved or id(call) in looped or not _inputs_on_device(call, placed):
             return False
@@ -1077,8 +1078,10 @@ MODEL_NAME = r"(?i)\w*(?:model|net|encoder|decoder|classifier|module)\w*"  # a n
 
 
 def _made_on_the_cpu(node: ast.AST) -> bool:
-    """A tensor made by torch's factory without device= (`torch.LongTensor(ids)`, `torch.from_numpy(a)`): on the CPU."""
+    """A tensor made by torch's factory without device= (`torch.LongTensor(ids)`, `torch.from_numpy(a)`): on the CPU.
+    Not a legacy CUDA constructor's (`torch.cuda.FloatTensor(n)`): on the current GPU."""
     return isinstance(node, ast.Call) and _call_name(node).startswith("torch.") \
+        and not _call_name(node).startswith("torch.cuda.") \
         and _call_name(node).split(".")[-1] in FACTORIES - {"as_tensor"} and not any(k.arg == "device"
                                                                                         for k in node.keywords)
 
@@ -1091,18 +1094,30 @@ def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[in
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
 
 
+def _moves_by_name(events: list[tuple[int, str, bool]]) -> dict[str, tuple[list[int], list[bool]]]:
+    """Each name's bindings and moves in line order (on one line, its binding before its move), for `_moved_by`."""
+    moves: dict[str, tuple[list[int], list[bool]]] = {}
+    for line, name, moved in sorted(events, key=lambda event: event[0]):
+        moves.setdefault(name, ([], []))[0].append(line)
+        moves[name][1].append(moved)
+    return moves
+
+
+def _moved_by(moves: dict[str, tuple[list[int], list[bool]]], name: str, line: int) -> bool | None:
+    """Whether the last binding or move of `name` before `line` left it moved (None: nothing before it), found by
+    bisection: a log that quotes thousands of lines is read in n log n, not n squared."""
+    lines, moved = moves.get(name, ([], []))
+    at = bisect.bisect_left(lines, line)
+    return moved[at - 1] if at else None
+
+
 def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[ast.Assign],
                         events: list[tuple[int, str, bool]]) -> bool:
     """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
     `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
     built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
-    # each name's moves and bindings in line order (a line's own order kept), the last before a run found by
-    # bisection: a log that quotes thousands of lines is read in n log n, not n squared
-    moves: dict[str, tuple[list[int], list[bool]]] = {}
-    for line, bound, is_move in sorted(events, key=lambda event: event[0]):
-        moves.setdefault(bound, ([], []))[0].append(line)
-        moves[bound][1].append(is_move)
-    values: dict[str, tuple[list[int], list[ast.expr]]] = {}
+    moves = _moves_by_name(events)
+    values: dict[str, tuple[list[int], list[ast.expr]]] = {}  # each name's values in line order, as moves
     for n in sorted(assigns, key=lambda n: n.lineno):
         for target in n.targets:
             if isinstance(target, ast.Name):
@@ -1112,9 +1127,7 @@ def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[as
         name = _run_model_name(call)
         if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
             continue
-        move_lines, moved = moves.get(name, ([], []))
-        at = bisect.bisect_left(move_lines, call.lineno)
-        if at and not moved[at - 1]:
+        if _moved_by(moves, name, call.lineno) is False:
             continue
         for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]:
             if _made_on_the_cpu(arg):
@@ -1499,7 +1512,7 @@ def read(text: str, code: str = "") -> Facts:
     devices = _devices(template, groups) if template else ()
     version = read_version(text + "\n" + code)
     frames = read_frames(text) + (("mps_device",) if any(d.startswith("mps") for d in devices) else ()) \
-        + (("rank_log",) if re.search(r"(?m)^[ \t]*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
+        + (("rank_log",) if re.search(r"(?m)^[^\S\n]*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
@@ -2037,19 +2050,26 @@ def _error_shown(text: str) -> bool:
 
 INTERPRETER_FAILED = re.compile(r":\s*The following operation failed in the TorchScript interpreter")
 # the last error a paste shows, with its message (`TypeError: ... must be Tensor, not numpy.float64`)
-LAST_ERROR = re.compile(r"^[ \t]*(?:E[ \t]+|\[rank\d+\]:[ \t]*)?(?:\w+\.)*\w*(?:Error|Exception):[ \t]*"
+LAST_ERROR = re.compile(r"^[^\S\n]*(?:E[^\S\n]+|\[rank\d+\]:[^\S\n]*)?(?:\w+\.)*\w+(?:Error|Exception):[^\S\n]*"
                         r"(?P<message>\S.*)$", re.M)
-# words a device's error has, whole or cut short (`Expected all tensors to be on the s`, `Input type (torch.cuda.`)
-DEVICE_WORDS = (r"(?i)cuda|cpu|gpu|device|\b(?:mps|xpu|npu|hpu|xla|meta|hip|rocm|nccl)\b|backend|storage|located"
-                r"|map_location|deseriali|placeholder|\btensors? (?:to be )?on\b|same device|TorchScript interpreter")
+# words a device's error has, whole or cut short (`Expected all tensors to`, `Input type (torch.`), and the GPU's
+# stack (its driver, CUDA's libraries: cuBLAS, cuDNN, NVRTC, THC's checks)
+DEVICE_WORDS = (r"(?i)cuda|cpu|gpu|device|\b(?:mps|xpu|npu|hpu|xla|meta|hip|rocm|nccl|thc)\b|backend|storage|located"
+                r"|map_location|deseriali|placeholder|\btensors? (?:to be )?on\b|same device|TorchScript interpreter"
+                r"|nvidia|driver|\bcu(?:blas|dnn|fft|solver|sparse|rand)|nvrtc|triton|expected (?:all tensors|object of"
+                r"|tensor)|input type|weight type|indices should")
+# an error that wraps the real one, which comes after it or not at all: a DataLoader worker's, a replica's, a
+# launcher's or a CI step's exit
+WRAPPER = r"Caught \w+ in |Original Traceback|non-zero exit status|exit code|ChildFailedError"
 
 
 def _other_error(text: str) -> str | None:
-    """The last error a paste shows, where it is plainly no device's: its message names no device, none cut short,
-    and its traceback passes through none of torch's device code (`torch/cuda/random.py` restoring the RNG states
-    of GPUs the host lacks raises an IndexError)."""
+    """The last error a paste shows, where it is plainly no device's: no device word anywhere in the paste (its
+    message's later lines, an earlier error of a chain, the lines quoted) but in a frame's path, no wrapper of
+    another error, and no frame in torch's device code (`torch/cuda/random.py` restoring the RNG states of GPUs
+    the host lacks raises an IndexError)."""
     errors = list(LAST_ERROR.finditer(text))
-    if not errors or re.search(DEVICE_WORDS, errors[-1]["message"]):
+    if not errors or re.search(WRAPPER, errors[-1].group(0)) or re.search(DEVICE_WORDS, FRAME.sub("", text)):
         return None
     if any(re.search(r"[/\\]torch[/\\](?:cuda|distributed|serialization|random)", path)
            for path, _ in map(_frame, FRAME.finditer(text))):
