@@ -2109,6 +2109,8 @@ def render(d: Diagnosis) -> str:
                          ("torch", f.torch_version)):
         if value:
             lines.append(f"  {label}: {value}")
+    if len(lines) == 1:
+        lines = ["Facts: none read (no device error's message, frame or code)"]
     headline = {"scenario": "The likeliest scenarios:", "ambiguous": "Candidate scenarios:",
                 "not_device_error": "Not a device error.", "fixed_upstream": "Fixed upstream.",
                 "not_in_catalog": "Not in the catalog.", "unknown": "Not a device error I can read."}[d.verdict]

@@ -361,9 +361,11 @@ def test_an_error_that_names_no_device_is_no_device_error() -> None:
     plain = diagnose.diagnose(text)
     assert (plain.verdict, plain.matches) == ("not_device_error", ())
     assert "TypeError: binary_cross_entropy_with_logits()" in plain.note
-    assert "Not a device error." in diagnose.render(plain)
+    assert "\n\nNot a device error.\n" in diagnose.render(plain)
     pytest_style = diagnose.diagnose("E       ValueError: too many values to unpack (expected 2)")
     assert pytest_style.verdict == "not_device_error"
+    assert diagnose.render(pytest_style).startswith("Facts: none read (no device error's message, frame or code)\n\n"
+                                                    "Not a device error.\n")
     indented = diagnose.diagnose("E" + "\u00a0" * 7 + "TypeError: 'list' object is not callable")  # a web page's spaces
     assert indented.verdict == "not_device_error"
     for other in ("RuntimeError: Expected all tensors to be on the s", "TypeError: Input and filter must be on the same GPU",
