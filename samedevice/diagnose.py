@@ -322,6 +322,9 @@ TEMPLATES = (
     _t("cpu_only", "cpu_only", r"\b(?P<op>\w+) is only implemented for CPU",
        "an op with no kernel for the device in this PyTorch"),
     _t("cudnn_failed", "cudnn", r"cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "cuDNN failed to run a kernel"),
+    # aten/src/ATen/native/cudnn/RNN.cpp: TORCH_CHECK(fn_train, ...) in the backward of cuDNN's fused RNN
+    _t("cudnn_rnn_eval", "cudnn_rnn_eval", r"cudnn RNN backward can only be called in training mode",
+       "cuDNN's RNN kernels keep what backward needs only in training mode"),
     # cudaErrorDevicesUnavailable, in CUDA's two wordings: the GPU would not take this process (exclusive-process
     # compute mode and another process on it, or a driver or container that does not give it)
     _t("devices_busy", "busy", r"CUDA-capable device\(s\) is/are busy or unavailable"
@@ -591,9 +594,11 @@ FRAMES = {
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
 CALL_LINES = {
-    # an optimizer's step by the name that holds it (`optimizer.step()`, `opt_g.step()`, `scaler.step(optimizer)`), not
-    # any step (`self.step()` of a trainer, `env.step(action)`)
-    "optimizer_step": r"\b\w*opt\w*\.step\(|scheduler\.step|\bscaler\.step\(",
+    # an optimizer's step by the name that holds it (`optimizer.step()`, `opt_g.step()`, `self.optimizers().step()`,
+    # `optimizers[0].step()`, `self.adam.step()`), a scaler's or DeepSpeed's engine's (`self._scaler.step(optimizer)`,
+    # `model_engine.step()`), not any step (`self.step()` of a trainer, `env.step(action)`)
+    "optimizer_step": r"\b\w*(?:opt|adam|sgd)\w*(?:\(\)|\[[^\]\n]*\])?\.step\(|\b\w*(?:scaler|engine)\.step\("
+                      r"|scheduler\.step",
     "loss": r"\bcriterion\(|\bloss_fn\(|\bloss\w* = \w*(?:loss|criterion)\w*\(|F\.(?:cross_entropy|nll_loss)",
     "generate": r"\.generate\(",
     "serialization": r"torch\.load\(",
@@ -1046,7 +1051,7 @@ MODEL_RUNS = ("forward", "generate", "predict", "infer", "sample", "__call__")
 
 
 def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.Assign],
-                      events: list[tuple[int, str, bool]]) -> bool:
+                      events: list[tuple[Position, str, bool]]) -> bool:
     """The moved model run only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; an input made
     with device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s
     reach. Every run counts, in the order of the lines: one before the move, after the model is rebound unmoved, on
@@ -1067,7 +1072,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
             name = _run_model_name(call)
             if name not in models:
                 continue
-            moved = bool(_moved_by(moves, name, call.lineno))
+            moved = bool(_moved_by(moves, name, _at(call)))
         runs += 1
         if not moved or id(call) in looped or not _inputs_on_device(call, placed):
             return False
@@ -1075,6 +1080,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
 
 
 MODEL_NAME = r"(?i)\w*(?:model|net|encoder|decoder|classifier|module)\w*"  # a name that says it holds a model
+Position = tuple[int, int]  # a node's line and column: on one line, `m = load(...); out = m(x)` binds before it runs
 
 
 def _made_on_the_cpu(node: ast.AST) -> bool:
@@ -1086,56 +1092,75 @@ def _made_on_the_cpu(node: ast.AST) -> bool:
                                                                                         for k in node.keywords)
 
 
-def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[int, str, bool]]:
-    """(line, name, moved or not): each binding of a name, and each statement that moves a model by its name."""
-    events = [(n.lineno, t.id, isinstance(n.value, ast.Call) and (_moves_a_model(n.value) or _placed_at_load(n.value)))
-              for n in assigns for t in n.targets if isinstance(t, ast.Name)]
-    return events + [(c.lineno, c.func.value.id, True) for c in calls if _moves_a_model(c)
+def _at(node: ast.expr | ast.stmt) -> Position:
+    return node.lineno, node.col_offset
+
+
+def _binding_moved(value: ast.expr) -> bool | None:
+    """What a binding says of the model it binds: moved (`Net().to(device)`, a load placed on a device), not moved (a
+    class built, a model loaded as it is), or nothing (a helper's return, `torch.compile(model)`, `DDP(model)`)."""
+    if not isinstance(value, ast.Call):
+        return None
+    if _moves_a_model(value) or _placed_at_load(value):
+        return True
+    name = _call_name(value)
+    wraps = any(isinstance(arg, ast.Name) and re.fullmatch(MODEL_NAME, arg.id) for arg in value.args[:1])
+    if (name.split(".")[-1][:1].isupper() and not wraps) or _loads_a_model(name):
+        return False
+    return None
+
+
+def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[Position, str, bool]]:
+    """(where, name, moved or not): each binding of a name that says whether it holds a moved model, and each
+    statement that moves a model by its name."""
+    events = [(_at(n), t.id, moved) for n in assigns for t in n.targets if isinstance(t, ast.Name)
+              if (moved := _binding_moved(n.value)) is not None]
+    return events + [(_at(c), c.func.value.id, True) for c in calls if _moves_a_model(c)
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
 
 
-def _moves_by_name(events: list[tuple[int, str, bool]]) -> dict[str, tuple[list[int], list[bool]]]:
-    """Each name's bindings and moves in line order (on one line, its binding before its move), for `_moved_by`."""
-    moves: dict[str, tuple[list[int], list[bool]]] = {}
-    for line, name, moved in sorted(events, key=lambda event: event[0]):
-        moves.setdefault(name, ([], []))[0].append(line)
+def _moves_by_name(events: list[tuple[Position, str, bool]]) -> dict[str, tuple[list[Position], list[bool]]]:
+    """Each name's bindings and moves in the order of the code, for `_moved_by`."""
+    moves: dict[str, tuple[list[Position], list[bool]]] = {}
+    for at, name, moved in sorted(events, key=lambda event: event[0]):
+        moves.setdefault(name, ([], []))[0].append(at)
         moves[name][1].append(moved)
     return moves
 
 
-def _moved_by(moves: dict[str, tuple[list[int], list[bool]]], name: str, line: int) -> bool | None:
-    """Whether the last binding or move of `name` before `line` left it moved (None: nothing before it), found by
+def _moved_by(moves: dict[str, tuple[list[Position], list[bool]]], name: str, at: Position) -> bool | None:
+    """Whether the last binding or move of `name` before `at` left it moved (None: nothing before it says), found by
     bisection: a log that quotes thousands of lines is read in n log n, not n squared."""
-    lines, moved = moves.get(name, ([], []))
-    at = bisect.bisect_left(lines, line)
-    return moved[at - 1] if at else None
+    positions, moved = moves.get(name, ([], []))
+    index = bisect.bisect_left(positions, at)
+    return moved[index - 1] if index else None
 
 
 def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[ast.Assign],
-                        events: list[tuple[int, str, bool]]) -> bool:
+                        events: list[tuple[Position, str, bool]]) -> bool:
     """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
     `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
     built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
     moves = _moves_by_name(events)
-    values: dict[str, tuple[list[int], list[ast.expr]]] = {}  # each name's values in line order, as moves
-    for n in sorted(assigns, key=lambda n: n.lineno):
+    values: dict[str, tuple[list[Position], list[ast.expr]]] = {}  # each name's values in the order of the code
+    for n in sorted(assigns, key=_at):
         for target in n.targets:
             if isinstance(target, ast.Name):
-                values.setdefault(target.id, ([], []))[0].append(n.lineno)
+                values.setdefault(target.id, ([], []))[0].append(_at(n))
                 values[target.id][1].append(n.value)
     for call in calls:
         name = _run_model_name(call)
         if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
             continue
-        if _moved_by(moves, name, call.lineno) is False:
+        if _moved_by(moves, name, _at(call)) is False:
             continue
         for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]:
             if _made_on_the_cpu(arg):
                 return True
             if isinstance(arg, ast.Name):  # the last binding of the name before the run
-                value_lines, value = values.get(arg.id, ([], []))
-                at = bisect.bisect_left(value_lines, call.lineno)
-                if at and _made_on_the_cpu(value[at - 1]):
+                positions, value = values.get(arg.id, ([], []))
+                index = bisect.bisect_left(positions, _at(call))
+                if index and _made_on_the_cpu(value[index - 1]):
                     return True
     return False
 
@@ -1522,6 +1547,8 @@ def read(text: str, code: str = "") -> Facts:
     quoted = tuple(s for s in read_code(_code_lines(text)) if s != "model_never_moved")
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + quoted
                                   + _raised(text, template.name if template else None)))
+    if "attribute_raised" in signals and _registered(raising_line(text), code):
+        signals = tuple(signal for signal in signals if signal != "attribute_raised")
     kind = template.kind if template else None
     if template is not None and template.name == "fsdp_compute" and "cpu" in devices:
         kind = "mismatch"  # a flat parameter on the CPU, its module moved off the device: not the current device's
@@ -1639,7 +1666,8 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     # the tensor a method that reads another is called on (`self.weights.index_select(0, ids)`); not a layer's own
     # weight or bias, which a custom layer keeps as registered parameters (`F.conv2d(x, self.weight, ...)`)
     attr_operand = r"self\.(?!(?:weight|bias)\b)\w+\s*[,)]"
-    function = rf"\b(?:torch|th|F)\.\w+\(\s*(?:[^(),\n]+,\s*)?{attr_operand}"
+    factory = "|".join(sorted(FACTORIES))  # whose arguments are sizes (`torch.zeros(self.n, d)`), not operands
+    function = rf"\b(?:torch\.nn\.functional|torch|th|F)\.(?!(?:{factory})\()\w+\(\s*(?:[^(),\n]+,\s*)?{attr_operand}"
     method = (r"(?<![\w.])self\.(?!(?:weight|bias)\b)\w+\.(?:index_select|gather|take|take_along_dim|mm|bmm|matmul"
               r"|mul|add|sub|div|masked_fill|where|scatter|index_add)\(")
     if re.search(operand, re.sub(r"^\s*self\.\w+\s*[-+*/]?=", "", line)) or re.search(function, line) \
@@ -1652,6 +1680,15 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     if re.search(r"\bCONSTANTS\.c\d+\b", line) or recorded_device:
         found += ("constant_raised",)
     return found + (("local_indexed",) if local else ()) + (("attribute_indexed",) if indexed else ())
+
+
+def _registered(line: str, code: str) -> bool:
+    """Whether the code registers an attribute the line reads (`self.W = nn.Parameter(...)`, `register_buffer("W",
+    ...)`): `.to` moves it, so it is no plain attribute."""
+    read = set(re.findall(r"(?<![\w.])self\.(\w+)", line))
+    registered = set(re.findall(r"\bself\.(\w+)\s*=\s*(?:torch\.)?(?:nn\.)?Parameter\(", code)) \
+        | set(re.findall(r"\bregister_(?:buffer|parameter)\(\s*['\"](\w+)", code))
+    return bool(read & registered)
 
 
 def _code_lines(text: str) -> str:
@@ -1710,13 +1747,13 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
             why.append(f"the traceback passes through {frame.replace('_', ' ')}")
     # an argument counts in the scenario's ops (mat2 of nn.Linear's addmm is its weight; of a bmm it is not)
     op_fits = not (facts.op and clues.ops) or any(op_is(facts.op, op) for op in clues.ops)
-    # a wording older than the mechanism: the op and the argument it names do not count for it; nor for a layer's
-    # scenario where the line that raised reads a module's tensor attribute (`th.mm(latent, self.exploration_mat)`):
-    # the op is that line's, and its argument no layer's weight
+    # a wording older than the mechanism: the op and the argument it names do not count for it; nor for a scenario
+    # of a layer's weights where the line that raised reads a module's tensor attribute (`th.mm(latent,
+    # self.exploration_mat)`): the op is that line's, and its argument no layer's weight
     unfit = ""
     if facts.template in clues.older:
         unfit = ", but the message's wording is an older release's than this mechanism"
-    elif "attribute_raised" in facts.code and "layer" in clues.frames:
+    elif "attribute_raised" in facts.code and clues.sides == ("weights",):
         unfit = ", but the line that raised reads a module's tensor attribute, not a layer's weight"
     if facts.argument and facts.argument in clues.arguments and op_fits:  # one scenario's argument counts double
         if not unfit:
@@ -1952,6 +1989,12 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
+    if facts.kind == "cudnn_rnn_eval":
+        return Diagnosis(facts, "not_device_error", note="a backward through an LSTM or GRU in eval mode on the GPU "
+                         "(importance estimates, saliency, attacks run backward on a model in eval()): cuDNN's RNN "
+                         "keeps what backward needs only in training mode. Put the RNN in train() for that pass (with "
+                         "dropout 0), or run it under `with torch.backends.cudnn.flags(enabled=False):`; no device "
+                         "lesson applies")
     if facts.kind == "cudnn":
         return Diagnosis(facts, "not_device_error", note="cuDNN failed to run a kernel: most often memory, an input "
                          "shape or dtype its kernel does not take, or the driver. Run it once with "
@@ -2053,23 +2096,46 @@ INTERPRETER_FAILED = re.compile(r":\s*The following operation failed in the Torc
 LAST_ERROR = re.compile(r"^[^\S\n]*(?:E[^\S\n]+|\[rank\d+\]:[^\S\n]*)?(?:\w+\.)*\w+(?:Error|Exception):[^\S\n]*"
                         r"(?P<message>\S.*)$", re.M)
 # words a device's error has, whole or cut short (`Expected all tensors to`, `Input type (torch.`), and the GPU's
-# stack (its driver, CUDA's libraries: cuBLAS, cuDNN, NVRTC, THC's checks)
+# stack (its driver, CUDA's libraries: cuBLAS, cuDNN, NVRTC, THC's checks); not a dtype's message that shares some
+# (`Input type (double) and bias type (float)`, `Expected tensor for argument #1 'indices' to have one of the
+# following scalar types`)
 DEVICE_WORDS = (r"(?i)cuda|cpu|gpu|device|\b(?:mps|xpu|npu|hpu|xla|meta|hip|rocm|nccl|thc)\b|backend|storage|located"
                 r"|map_location|deseriali|placeholder|\btensors? (?:to be )?on\b|same device|TorchScript interpreter"
-                r"|nvidia|driver|\bcu(?:blas|dnn|fft|solver|sparse|rand)|nvrtc|triton|expected (?:all tensors|object of"
-                r"|tensor)|input type|weight type|indices should")
+                r"|nvidia|driver|\bcu(?:blas|dnn|fft|solver|sparse|rand)|nvrtc|triton"
+                r"|expected (?:all tensors|object of)"
+                r"|expected tensor for argument #\d+ '\w+' to have the same(?! (?:dtype|size|shape|type))"
+                r"|(?:input|weight) type \(torch\.|indices should")
 # an error that wraps the real one, which comes after it or not at all: a DataLoader worker's, a replica's, a
 # launcher's or a CI step's exit
 WRAPPER = r"Caught \w+ in |Original Traceback|non-zero exit status|exit code|ChildFailedError"
 
 
+def _error_words(text: str) -> str:
+    """The paste from its first traceback on (or its first error, where it shows no traceback), without the frames'
+    lines and the code they quote: the messages of the error and of its chain. Not a log's header before it
+    (`GPU available: True (cuda)`), nor a quoted `batch.to(device)`."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback")
+                  or LAST_ERROR.match(line)), 0)
+    kept, quoted = [], False
+    for line in lines[start:]:
+        if FRAME.search(line):
+            quoted = True  # the indented lines under a frame quote its code (and its carets)
+        elif not (quoted and line[:1].isspace()):
+            quoted = False
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _other_error(text: str) -> str | None:
-    """The last error a paste shows, where it is plainly no device's: no device word anywhere in the paste (its
-    message's later lines, an earlier error of a chain, the lines quoted) but in a frame's path, no wrapper of
-    another error, and no frame in torch's device code (`torch/cuda/random.py` restoring the RNG states of GPUs
-    the host lacks raises an IndexError)."""
+    """The last error a paste shows, where it is plainly no device's: no device word in its message or its chain's
+    (the message's later lines, an earlier error of a chain), no wrapper of another error, and no frame in torch's
+    device code (`torch/cuda/random.py` restoring the RNG states of GPUs the host lacks raises an IndexError)."""
     errors = list(LAST_ERROR.finditer(text))
-    if not errors or re.search(WRAPPER, errors[-1].group(0)) or re.search(DEVICE_WORDS, FRAME.sub("", text)):
+    if not errors:
+        return None
+    words = _error_words(text)
+    if re.search(WRAPPER, words) or re.search(DEVICE_WORDS, words):
         return None
     if any(re.search(r"[/\\]torch[/\\](?:cuda|distributed|serialization|random)", path)
            for path, _ in map(_frame, FRAME.finditer(text))):
