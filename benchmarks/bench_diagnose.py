@@ -83,9 +83,10 @@ def evaluate(reports: list[dict[str, Any]], with_code: bool) -> dict[str, Any]:
             rest_named += d.verdict == "scenario"  # a wrong lesson named alone, not a list of candidates
             if not right:
                 misses.append((r["id"], r["label"], d.verdict, ranked[:3]))
-    return {"covered": covered, "top1": round(top1 / covered, 3), "top3": round(top3 / covered, 3),
-            "rest": rest, "rest_right": round(rest_right / rest, 3) if rest else None, "rest_named": rest_named,
-            "confident": confident, "confident_right": round(confident_right / confident, 3) if confident else None,
+    # four places: a share printed as a whole percent is rounded once (74 of 235 is 31%, not 0.315's 32%)
+    return {"covered": covered, "top1": round(top1 / covered, 4), "top3": round(top3 / covered, 4),
+            "rest": rest, "rest_right": round(rest_right / rest, 4) if rest else None, "rest_named": rest_named,
+            "confident": confident, "confident_right": round(confident_right / confident, 4) if confident else None,
             "misses": misses}
 
 
