@@ -30,8 +30,12 @@ import json
 import re
 import textwrap
 import warnings
+from collections.abc import Iterable
+from typing import TypeVar
 
 from samedevice import registry
+
+T = TypeVar("T")
 
 # ---- 1. the message ------------------------------------------------------------------------------
 
@@ -1058,7 +1062,7 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
     an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
     inputs: the labels) is the batch's case again."""
     models = {name for _, name, moved in events if moved}
-    moves = _moves_by_name(events)
+    moves = _in_order(events)
     placed: set[str] = set()  # names bound to a tensor on the device
     for n in assigns:
         if _on_device(n.value, placed):
@@ -1119,13 +1123,13 @@ def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[Po
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
 
 
-def _moves_by_name(events: list[tuple[Position, str, bool]]) -> dict[str, tuple[list[Position], list[bool]]]:
-    """Each name's bindings and moves in the order of the code, for `_moved_by`."""
-    moves: dict[str, tuple[list[Position], list[bool]]] = {}
-    for at, name, moved in sorted(events, key=lambda event: event[0]):
-        moves.setdefault(name, ([], []))[0].append(at)
-        moves[name][1].append(moved)
-    return moves
+def _in_order(entries: Iterable[tuple[Position, str, T]]) -> dict[str, tuple[list[Position], list[T]]]:
+    """Each name's entries (a binding's move, a value) in the order of the code, for a bisection by position."""
+    ordered: dict[str, tuple[list[Position], list[T]]] = {}
+    for at, name, entry in sorted(entries, key=lambda item: item[0]):
+        ordered.setdefault(name, ([], []))[0].append(at)
+        ordered[name][1].append(entry)
+    return ordered
 
 
 def _moved_by(moves: dict[str, tuple[list[Position], list[bool]]], name: str, at: Position) -> bool | None:
@@ -1141,13 +1145,8 @@ def _run_on_a_cpu_input(calls: list[ast.Call], built: set[str], assigns: list[as
     """A model run on an input the code makes on the CPU and never moves (`ids = torch.LongTensor(ids)`, then
     `model(ids)`): the input is the tensor left behind, not one the model makes. Not a run of a model the code
     built or loaded and had not moved by then: that one runs on the CPU (a demonstration that the CPU works)."""
-    moves = _moves_by_name(events)
-    values: dict[str, tuple[list[Position], list[ast.expr]]] = {}  # each name's values in the order of the code
-    for n in sorted(assigns, key=_at):
-        for target in n.targets:
-            if isinstance(target, ast.Name):
-                values.setdefault(target.id, ([], []))[0].append(_at(n))
-                values[target.id][1].append(n.value)
+    moves = _in_order(events)
+    values = _in_order((_at(n), t.id, n.value) for n in assigns for t in n.targets if isinstance(t, ast.Name))
     for call in calls:
         name = _run_model_name(call)
         if name is None or not (name in built or re.fullmatch(MODEL_NAME, name)):
