@@ -303,8 +303,12 @@ TEMPLATES = (
        "a pre-0.4 kernel given a tensor of the other device"),
     # a C++/CUDA extension's own check, as PyTorch's extension tutorial writes it (CHECK_CUDA: "x must be a CUDA
     # tensor"): an argument left on the CPU
-    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) must be a CUDA tensor",
+    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CUDA tensor",
        "a CUDA extension's check that its argument is a CUDA tensor"),
+    # ... and its CPU kernel's (torch_sparse's spmm_cpu: "mat must be CPU tensor"): the extension chose its CPU kernel
+    # by another argument, on the CPU, and the one it names is on the device
+    _t("extension_cpu", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CPU tensor",
+       "a C++ extension's CPU kernel given an argument on the device"),
     # torch.load calling map_location as a function: 0.4.0 took no torch.device (its type printed as torch.Device)
     _t("device_not_callable", "map_location", r"'torch\.Device' object is not callable",
        "torch.load called a torch.device as a function"),
@@ -443,6 +447,11 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
         return "input" if a == "cpu" else "weights"
     if template.name == "rnn_parameters":  # the input's device, then the weights'
         return "weights" if b == "cpu" else "input"
+    # a CUDA extension's own check names the argument it found on the CPU (CHECK_CUDA(weight)): a layer's weight or
+    # bias is the module's, which was not moved. Its input tells no side: the activation a layer gets inside the
+    # model is on the CPU for an input never moved and for a layer before it never moved alike
+    if template.name == "extension_cuda" and arg and re.fullmatch(r"weights?|bias", arg, re.I):
+        return "weights"
     # stft's and istft's own check (aten/src/ATen/native/SpectralOps.cpp) names the signal `self` and the window.
     # A signal on the CPU is what the transform was given: the input's side. A window on the CPU tells no side: a
     # transform's buffer never moved, a plain attribute, or a `hann_window(n)` made in forward without device=
@@ -518,6 +527,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "extension_cuda":
         names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
+    if template.name == "extension_cpu":
+        names = ["cpu", "cuda"]  # the extension runs on the CPU; the argument it names is on the GPU
     if template.name == "xla_input":
         names = ["xla", "cpu"]  # the op runs on XLA; its input is a CPU tensor
     if template.name == "mps_placeholder":

@@ -82,6 +82,11 @@ WORDINGS = parametrize_cases(
          template="th_expected_tensor", devices=("cpu", "cuda"), argument=None),
     Case("extension_check", text="    output = scc_cuda.forward(input, weights, output, overlap)[0]\nRuntimeError: "
          "weights must be a CUDA tensor", template="extension_cuda", devices=("cuda", "cpu"), argument="weights"),
+    Case("extension_check_without_article", text="RuntimeError: src must be CUDA tensor", template="extension_cuda",
+         devices=("cuda", "cpu"), argument="src"),
+    Case("extension_cpu_kernel", text='RuntimeError: mat.device().is_cpu() INTERNAL ASSERT FAILED at "csrc/cpu/'
+         'spmm_cpu.cpp":14, please report a bug to PyTorch. mat must be CPU tensor', template="extension_cpu",
+         devices=("cpu", "cuda"), argument="mat"),
     Case("th_cut_at_the_end", text="RuntimeError: Expected object of device type cuda but got device type",
          template="legacy_device_type", devices=("cuda",), argument=None),
     Case("variable_wrapped_types", text="RuntimeError: Expected object of type Variable[torch.LongTensor] but found "
@@ -314,6 +319,17 @@ def test_diffusers_latents_on_the_pipeline_s_cpu_are_its_weights_left_there_or_o
     offloaded = diagnose.diagnose(text, "pipe.enable_model_cpu_offload()\nimage = pipe(prompt, generator=g)\n")
     assert offloaded.verdict == "scenario"
     assert offloaded.matches[0].slug == "offload_device_read"
+
+
+def test_an_extension_s_check_names_the_side_by_its_argument() -> None:
+    """A CUDA extension's CHECK_CUDA names the argument it found on the CPU: its weight is the module's, left there
+    with the model. Its input, an activation inside the model, tells no side, nor does another name."""
+    weights = diagnose.diagnose("RuntimeError: weights must be a CUDA tensor")
+    assert weights.facts.side == "weights"
+    assert weights.matches[0].slug == "model_not_moved"
+    assert diagnose.diagnose("RuntimeError: bias must be a CUDA tensor").facts.side == "weights"
+    for name in ("input", "overlap"):
+        assert diagnose.diagnose(f"RuntimeError: {name} must be a CUDA tensor").facts.side is None
 
 
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
