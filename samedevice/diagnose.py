@@ -293,7 +293,7 @@ TEMPLATES = (
        + r"|[CG]PU\b)", "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
        + DEVICE + r")\b", "an op's check that names the two devices"),
-    _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same device|same device as",
+    _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same (?:device|GPU)\b|same device as",
        "a device check whose wording names no devices"),
     # MPS's own argument check (aten/src/ATen/native/mps): "Tensor for argument weight is on cpu but expected on mps"
     _t("mps_argument", "mismatch", r"Tensor for argument (?:#\d+ )?'?(?P<arg>\w+)'? is on (?P<b>" + DEVICE
@@ -303,7 +303,8 @@ TEMPLATES = (
        "a pre-0.4 kernel given a tensor of the other device"),
     # a C++/CUDA extension's own check, as PyTorch's extension tutorial writes it (CHECK_CUDA: "x must be a CUDA
     # tensor"): an argument left on the CPU
-    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CUDA tensor",
+    # (vLLM's kernels: "b_q_weight is not on GPU")
+    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) (?:must be (?:a )?CUDA tensor|is not on GPU)",
        "a CUDA extension's check that its argument is a CUDA tensor"),
     # ... and its CPU kernel's (torch_sparse's spmm_cpu: "mat must be CPU tensor"): the extension chose its CPU kernel
     # by another argument, on the CPU, and the one it names is on the device
@@ -333,6 +334,22 @@ TEMPLATES = (
     # aten/src/ATen/native/cudnn/RNN.cpp: TORCH_CHECK(fn_train, ...) in the backward of cuDNN's fused RNN
     _t("cudnn_rnn_eval", "cudnn_rnn_eval", r"cudnn RNN backward can only be called in training mode",
        "cuDNN's RNN kernels keep what backward needs only in training mode"),
+    # torch_directml's unboxing of an op's inputs (torch_directml/csrc/dml/DMLTensor.cpp): an input that is no DML
+    # tensor, one left on the CPU
+    _t("dml_input", "mismatch", r"unbox expects Dml at::Tensor as inputs",
+       "a DirectML op given a tensor that is not on the DML device"),
+    # DGL's feature storage (dgl/storages/pytorch_tensor.py, fetch): indices on the GPU into features on the CPU
+    _t("dgl_fetch", "mismatch", r"Got indices on device (?P<a>" + DEVICE + r") whereas the feature tensor is on "
+       r"(?P<b>" + DEVICE + ")", "DGL's check that a feature tensor is read with indices on its device"),
+    # c10's check of a device index (checked by running torch: `.to(-1)`, `.cuda(-1)`, torch.device('cuda', -1)): -1 is
+    # what Tensor.get_device() returns for a CPU tensor, and the local_rank a script gets when no launcher set it
+    _t("negative_index", "negative_index", r"Device index must not be negative",
+       "a device index of -1 was given where a GPU's is wanted"),
+    # torch/cuda/random.py's set_rng_state restores a state onto the generator of its index
+    # (`default_generator = torch.cuda.default_generators[idx]`); set_rng_state_all gives one index per state saved:
+    # a checkpoint from more GPUs than this host has asks for a generator it lacks
+    _t("rng_devices", "rng_devices", r"default_generators\[idx\]\s*(?:[~^]+\s*)?IndexError: tuple index out of range",
+       "a CUDA RNG state restored onto a GPU index this host does not have"),
     # cudaErrorDevicesUnavailable, in CUDA's two wordings: the GPU would not take this process (exclusive-process
     # compute mode and another process on it, or a driver or container that does not give it)
     _t("devices_busy", "busy", r"CUDA-capable device\(s\) is/are busy or unavailable"
@@ -527,6 +544,8 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
     if template.name == "extension_cuda":
         names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
+    if template.name == "dml_input":
+        names = ["privateuseone", "cpu"]  # a DML op (PrivateUse1's) given an input on the CPU
     if template.name == "extension_cpu":
         names = ["cpu", "cuda"]  # the extension runs on the CPU; the argument it names is on the GPU
     if template.name == "xla_input":
@@ -1930,6 +1949,16 @@ NOT_TAUGHT = {
                  "workers on the CPU and move each batch in the main process, or start them with "
                  "multiprocessing_context='spawn'. Outside a fork it is the driver or the container (nvidia-smi, a "
                  "driver that matches the CUDA build); no lesson of the catalog covers this",
+    "negative_index": "a device index of -1 was given where a GPU's is wanted: -1 is what Tensor.get_device() returns "
+                      "for a CPU tensor (`.cuda(x.get_device())` on a run on the CPU), and the local_rank a script "
+                      "gets when no launcher (torchrun) set it. Move to a tensor's device with `.to(x.device)`, and "
+                      "pick the device from local_rank only when it is 0 or more; no lesson of the catalog covers "
+                      "this",
+    "rng_devices": "torch.cuda.set_rng_state_all restores one RNG state per GPU the checkpoint was saved on, each onto "
+                   "the GPU of its index: a checkpoint from more GPUs than this host has (or CUDA_VISIBLE_DEVICES "
+                   "shows) asks for one it lacks. Restore only as many states as torch.cuda.device_count() (or each "
+                   "rank its own, `torch.cuda.set_rng_state(states[local_rank])`); no lesson of the catalog covers "
+                   "this (rng_state_map_location teaches the CPU's RNG state loaded onto the device)",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }

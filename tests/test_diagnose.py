@@ -87,6 +87,16 @@ WORDINGS = parametrize_cases(
     Case("extension_cpu_kernel", text='RuntimeError: mat.device().is_cpu() INTERNAL ASSERT FAILED at "csrc/cpu/'
          'spmm_cpu.cpp":14, please report a bug to PyTorch. mat must be CPU tensor', template="extension_cpu",
          devices=("cpu", "cuda"), argument="mat"),
+    Case("extension_not_on_gpu", text="RuntimeError: b_q_weight is not on GPU", template="extension_cuda",
+         devices=("cuda", "cpu"), argument="b_q_weight"),
+    Case("library_same_gpu", text="TypeError: Input and filter must be on the same GPU", template="same_device",
+         devices=(), argument=None),
+    Case("directml_unbox", text='RuntimeError: tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL ASSERT '
+         'FAILED at "torch_directml/csrc/dml/DMLTensor.cpp":30, please report a bug to PyTorch. unbox expects Dml '
+         "at::Tensor as inputs", template="dml_input", devices=("privateuseone", "cpu"), argument=None),
+    Case("dgl_feature_fetch", text="ValueError: Got indices on device cuda:0 whereas the feature tensor is on cpu. "
+         "Please either (1) move the graph to GPU with to() method, or (2) pin the graph with pin_memory_() method.",
+         template="dgl_fetch", devices=("cuda:0", "cpu"), argument=None),
     Case("th_cut_at_the_end", text="RuntimeError: Expected object of device type cuda but got device type",
          template="legacy_device_type", devices=("cuda",), argument=None),
     Case("variable_wrapped_types", text="RuntimeError: Expected object of type Variable[torch.LongTensor] but found "
@@ -330,6 +340,33 @@ def test_an_extension_s_check_names_the_side_by_its_argument() -> None:
     assert diagnose.diagnose("RuntimeError: bias must be a CUDA tensor").facts.side == "weights"
     for name in ("input", "overlap"):
         assert diagnose.diagnose(f"RuntimeError: {name} must be a CUDA tensor").facts.side is None
+
+
+def test_a_negative_device_index_is_no_lesson_and_says_where_minus_one_comes_from() -> None:
+    """-1 is a CPU tensor's get_device() and an unlaunched script's local_rank: given as a device index, PyTorch
+    refuses it (checked by running torch, below). No lesson teaches it; the answer says both sources."""
+    import torch
+
+    with pytest.raises(RuntimeError, match="Device index must not be negative") as raised:
+        torch.zeros(1).to(torch.zeros(1).get_device())
+    result = diagnose.diagnose(f"RuntimeError: {raised.value}")
+    assert (result.verdict, result.matches) == ("not_in_catalog", ())
+    assert "get_device()" in result.note
+    assert "local_rank" in result.note
+
+
+def test_cuda_rng_states_of_more_gpus_than_the_host_has_are_no_lesson() -> None:
+    """torch.cuda.set_rng_state_all restores each saved state onto the generator of its index: a checkpoint from
+    more GPUs than this host has asks for one it lacks. An IndexError elsewhere is not this."""
+    text = ('  File "/venv/lib/python3.10/site-packages/torch/cuda/random.py", line 72, in cb\n'
+            "    default_generator = torch.cuda.default_generators[idx]\n"
+            "                        ~~~~~~~~~~~~~~~~~~~~~~~~~~~~^^^^^\n"
+            "IndexError: tuple index out of range")
+    result = diagnose.diagnose(text)
+    assert (result.facts.template, result.verdict) == ("rng_devices", "not_in_catalog")
+    assert "device_count()" in result.note
+    assert diagnose.read('  File "train.py", line 3, in <module>\n    x = sizes[idx]\nIndexError: tuple index out '
+                         "of range").template is None
 
 
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
@@ -1816,9 +1853,9 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     floor = {True: (0.67, 0.86), False: (0.63, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 74 of 237 with the code, 70 without (of the tenth to fortieth batches' 183, 16 were right on
+    # the rest: 76 of 237 with the code, 72 without (of the tenth to fortieth batches' 183, 16 were right on
     # arrival: the thirty-first brought 7, none right on arrival, mostly web UIs' own placement of offloaded models)
-    assert result["rest_right"] >= {True: 0.30, False: 0.29}[with_code], result["misses"]
+    assert result["rest_right"] >= {True: 0.31, False: 0.30}[with_code], result["misses"]
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
