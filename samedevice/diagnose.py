@@ -360,7 +360,7 @@ TEMPLATES = (
        r"(?: query\.device: (?P<a>" + DEVICE + r") attn_bias\s*: (?P<b>" + DEVICE + r"))?",
        "xformers' check of its attention bias against the query"),
     # torch_xla's check of an op's input: a CPU tensor met XLA's (the message names the CPU tensor's type)
-    _t("xla_input", "mismatch", r"Input tensor is not an XLA tensor: (?P<b>CPU)\w*Type",
+    _t("xla_input", "mismatch", r"Input tensor is not an XLA tensor(?:: (?P<b>CPU)\w*Type)?",
        "torch_xla's check that an op's input is an XLA tensor"),
     # NCCL refusing a communicator whose ranks share a GPU (ncclInvalidUsage)
     _t("duplicate_gpu", "duplicate_gpu", r"Duplicate GPU detected ?: rank \d+ and rank \d+ both on CUDA device",
@@ -2119,6 +2119,8 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         question = scenario.clues.question
         if question == registry.FORWARD_QUESTION and facts.side in registry.SIDE_QUESTIONS:
             question = registry.SIDE_QUESTIONS[facts.side]  # the message told the side: ask within it
+        if question == registry.STEP_QUESTION and "optimizer_step" in facts.frames:
+            question = registry.STEP_ORDER_QUESTION  # the traceback told the step: ask the resume's order
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{question}{more}")
     return Diagnosis(facts, "scenario", top, note=caveat)

@@ -162,6 +162,9 @@ class Scenario:
 OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) names the optimizer state left behind"
 CRITERION_CHECK = "audit.misplaced(device, criterion=criterion) names the loss's tensor"
 STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD momentum or Adam moments?"
+# ... and where the traceback shows the step that raised, the question is the resume's order
+STEP_ORDER_QUESTION = ("was the optimizer's state loaded (optimizer.load_state_dict) before the model was moved "
+                       "(model.to(device))? A state loaded first stays on the CPU")
 LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
 FORWARD_QUESTION = ("which tensor is on the CPU: the batch, the model's weights (a layer kept out of .to's reach "
                     "included), or one made during forward without device=?")

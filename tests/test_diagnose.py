@@ -369,6 +369,23 @@ def test_cuda_rng_states_of_more_gpus_than_the_host_has_are_no_lesson() -> None:
                          "of range").template is None
 
 
+def test_a_step_the_traceback_shows_is_asked_the_resume_s_order_not_whether_it_is_a_step() -> None:
+    """Where the traceback shows the optimizer's step, asking whether it raised there says nothing new: the
+    question left is the order of the resume."""
+    message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+               "and cpu!")
+    frame = ('  File "/env/lib/python3.10/site-packages/torch/optim/sgd.py", line 75, in step\n'
+             "    sgd(params_with_grad,\n")
+    shown = diagnose.diagnose(frame + message)
+    assert shown.verdict == "ambiguous"
+    assert shown.matches[0].slug == "sgd_momentum"
+    assert registry.STEP_ORDER_QUESTION in shown.note
+    assert registry.STEP_QUESTION not in shown.note
+    unshown = diagnose.diagnose(message, "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n")
+    assert unshown.matches[0].slug == "sgd_momentum"
+    assert registry.STEP_QUESTION in unshown.note  # the code shows the optimizer, not where it raised
+
+
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
     """DDP checks the module at the wrap: one left on the CPU with device_ids given is model_not_moved's bug, as
     its page says and test_model_not_moved_under_ddp runs."""
@@ -1861,7 +1878,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
     # hands the batch back on the CPU) and breaks elsewhere
     assert result["rest_named"] <= {True: 10, False: 6}[with_code], result["misses"]
-    # one lesson named: 182 of 197 right with the code, 137 of 146 without (a traceback cut before its message
+    # one lesson named: 183 of 198 right with the code, 137 of 146 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
