@@ -2119,8 +2119,9 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         question = scenario.clues.question
         if question == registry.FORWARD_QUESTION and facts.side in registry.SIDE_QUESTIONS:
             question = registry.SIDE_QUESTIONS[facts.side]  # the message told the side: ask within it
-        if question == registry.STEP_QUESTION and "optimizer_step" in facts.frames:
-            question = registry.STEP_ORDER_QUESTION  # the traceback told the step: ask the resume's order
+        frame, left = registry.SHOWN_QUESTIONS.get(question, ("", ""))
+        if frame in facts.frames:
+            question = left  # the traceback shows where it raised: ask what is left (the resume's order, the tensor)
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{question}{more}")
     return Diagnosis(facts, "scenario", top, note=caveat)

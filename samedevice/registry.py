@@ -162,10 +162,13 @@ class Scenario:
 OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) names the optimizer state left behind"
 CRITERION_CHECK = "audit.misplaced(device, criterion=criterion) names the loss's tensor"
 STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD momentum or Adam moments?"
-# ... and where the traceback shows the step that raised, the question is the resume's order
+LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
+# where the traceback shows the frame a question asks about, the question is what is left to ask
 STEP_ORDER_QUESTION = ("was the optimizer's state loaded (optimizer.load_state_dict) before the model was moved "
                        "(model.to(device))? A state loaded first stays on the CPU")
-LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
+LOSS_PART_QUESTION = ("which of the loss's tensors is on the CPU: a weight the criterion was built with (weight=, "
+                      "pos_weight=, a tensor it keeps), or the targets?")
+SHOWN_QUESTIONS = {STEP_QUESTION: ("optimizer_step", STEP_ORDER_QUESTION), LOSS_QUESTION: ("loss", LOSS_PART_QUESTION)}
 FORWARD_QUESTION = ("which tensor is on the CPU: the batch, the model's weights (a layer kept out of .to's reach "
                     "included), or one made during forward without device=?")
 # where the message names the side on the CPU (an argument of a layer's op), the question is asked within it

@@ -369,9 +369,9 @@ def test_cuda_rng_states_of_more_gpus_than_the_host_has_are_no_lesson() -> None:
                          "of range").template is None
 
 
-def test_a_step_the_traceback_shows_is_asked_the_resume_s_order_not_whether_it_is_a_step() -> None:
-    """Where the traceback shows the optimizer's step, asking whether it raised there says nothing new: the
-    question left is the order of the resume."""
+def test_a_frame_the_traceback_shows_is_not_asked_about_again() -> None:
+    """Where the traceback shows the optimizer's step (or the loss), asking whether it raised there says nothing new:
+    the question left is the order of the resume (or which of the loss's tensors)."""
     message = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
                "and cpu!")
     frame = ('  File "/env/lib/python3.10/site-packages/torch/optim/sgd.py", line 75, in step\n'
@@ -384,6 +384,11 @@ def test_a_step_the_traceback_shows_is_asked_the_resume_s_order_not_whether_it_i
     unshown = diagnose.diagnose(message, "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n")
     assert unshown.matches[0].slug == "sgd_momentum"
     assert registry.STEP_QUESTION in unshown.note  # the code shows the optimizer, not where it raised
+    loss = diagnose.diagnose('  File "/env/lib/python3.10/site-packages/torch/nn/modules/loss.py", line 1174, in '
+                             "forward\n    return F.cross_entropy(input, target, weight=self.weight,\n" + message)
+    assert loss.matches[0].slug == "loss_class_weights"
+    assert registry.LOSS_PART_QUESTION in loss.note
+    assert registry.LOSS_QUESTION not in loss.note
 
 
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
