@@ -293,7 +293,7 @@ TEMPLATES = (
        + r"|[CG]PU\b)", "an op's check of two tensors it names"),
     _t("device_pair", "mismatch", r"(?:to be|must be) on the same device,? but got (?P<a>" + DEVICE + r") and (?P<b>"
        + DEVICE + r")\b", "an op's check that names the two devices"),
-    _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same (?:device|GPU)\b|same device as",
+    _t("same_device", "mismatch", r"(?:to be|are not|must be) (?:on|at) the same (?:devices?|GPUs?)\b|same device as",
        "a device check whose wording names no devices"),
     # MPS's own argument check (aten/src/ATen/native/mps): "Tensor for argument weight is on cpu but expected on mps"
     _t("mps_argument", "mismatch", r"Tensor for argument (?:#\d+ )?'?(?P<arg>\w+)'? is on (?P<b>" + DEVICE
@@ -303,13 +303,15 @@ TEMPLATES = (
        "a pre-0.4 kernel given a tensor of the other device"),
     # a C++/CUDA extension's own check, as PyTorch's extension tutorial writes it (CHECK_CUDA: "x must be a CUDA
     # tensor"): an argument left on the CPU
-    # (vLLM's kernels: "b_q_weight is not on GPU")
-    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) (?:must be (?:a )?CUDA tensor|is not on GPU)",
+    # (vLLM's kernels raise "b_q_weight is not on GPU": read as the error itself, not a log's "VAE is not on GPU")
+    _t("extension_cuda", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CUDA tensor"
+       r"|(?:Error|Exception):\s*(?P<arg2>\w+) is not on GPU\b",
        "a CUDA extension's check that its argument is a CUDA tensor"),
-    # ... and its CPU kernel's (torch_sparse's spmm_cpu: "mat must be CPU tensor"): the extension chose its CPU kernel
-    # by another argument, on the CPU, and the one it names is on the device
-    _t("extension_cpu", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CPU tensor",
-       "a C++ extension's CPU kernel given an argument on the device"),
+    # ... and a CPU kernel's (torch_sparse's spmm_cpu: "mat must be CPU tensor"; AMP's CPU kernels): the kernel was
+    # chosen by another argument, on the CPU, and the one it names is on the device. One tensor: a library's "q, k,
+    # and v must be CPU tensors" asks for the CPU by design
+    _t("extension_cpu", "mismatch", r"\b(?P<arg>\w+) must be (?:a )?CPU tensor(?!s)",
+       "a CPU kernel's check that its argument is on the CPU (a C++ extension's, AMP's), given one on the device"),
     # torch.load calling map_location as a function: 0.4.0 took no torch.device (its type printed as torch.Device)
     _t("device_not_callable", "map_location", r"'torch\.Device' object is not callable",
        "torch.load called a torch.device as a function"),
@@ -341,15 +343,19 @@ TEMPLATES = (
     # DGL's feature storage (dgl/storages/pytorch_tensor.py, fetch): indices on the GPU into features on the CPU
     _t("dgl_fetch", "mismatch", r"Got indices on device (?P<a>" + DEVICE + r") whereas the feature tensor is on "
        r"(?P<b>" + DEVICE + ")", "DGL's check that a feature tensor is read with indices on its device"),
-    # c10's check of a device index (checked by running torch: `.to(-1)`, `.cuda(-1)`, torch.device('cuda', -1)): -1 is
+    # the argument parser's check of a device index (torch/csrc/utils/python_arg_parser.h; checked by running torch:
+    # `.to(-1)`, `.cuda(-1)`, torch.device('cuda', -1)): -1 is
     # what Tensor.get_device() returns for a CPU tensor, and the local_rank a script gets when no launcher set it
     _t("negative_index", "negative_index", r"Device index must not be negative",
        "a device index of -1 was given where a GPU's is wanted"),
-    # torch/cuda/random.py's set_rng_state restores a state onto the generator of its index
+    # torch/cuda/random.py's set_rng_state (and get_rng_state) reads the generator of its index
     # (`default_generator = torch.cuda.default_generators[idx]`); set_rng_state_all gives one index per state saved:
-    # a checkpoint from more GPUs than this host has asks for a generator it lacks
-    _t("rng_devices", "rng_devices", r"default_generators\[idx\]\s*(?:[~^]+\s*)?IndexError: tuple index out of range",
-       "a CUDA RNG state restored onto a GPU index this host does not have"),
+    # a checkpoint from more GPUs than this host has asks for a generator it lacks. (IPython prints lines between the
+    # code and the error; torch.cuda's lazy call wraps it in DeferredCudaCallError)
+    _t("rng_devices", "rng_devices",
+       r"torch\.cuda\.default_generators\[idx\].{0,400}?IndexError: tuple index out of range"
+       r"|DeferredCudaCallError: CUDA call failed lazily at initialization with error: tuple index out of range",
+       "a CUDA RNG state restored onto (or read from) a GPU index this host does not have"),
     # cudaErrorDevicesUnavailable, in CUDA's two wordings: the GPU would not take this process (exclusive-process
     # compute mode and another process on it, or a driver or container that does not give it)
     _t("devices_busy", "busy", r"CUDA-capable device\(s\) is/are busy or unavailable"
@@ -360,7 +366,7 @@ TEMPLATES = (
        r"(?: query\.device: (?P<a>" + DEVICE + r") attn_bias\s*: (?P<b>" + DEVICE + r"))?",
        "xformers' check of its attention bias against the query"),
     # torch_xla's check of an op's input: a CPU tensor met XLA's (the message names the CPU tensor's type)
-    _t("xla_input", "mismatch", r"Input tensor is not an XLA tensor(?:: (?P<b>CPU)\w*Type)?",
+    _t("xla_input", "mismatch", r"Input tensor is not an XLA tensor(?:: (?P<b>CPU)\w*Type|(?!:\s*\w))",
        "torch_xla's check that an op's input is an XLA tensor"),
     # NCCL refusing a communicator whose ranks share a GPU (ncclInvalidUsage)
     _t("duplicate_gpu", "duplicate_gpu", r"Duplicate GPU detected ?: rank \d+ and rank \d+ both on CUDA device",
@@ -467,7 +473,8 @@ def _side(template: Template | None, groups: dict[str, str | None]) -> str | Non
     # a CUDA extension's own check names the argument it found on the CPU (CHECK_CUDA(weight)): a layer's weight or
     # bias is the module's, which was not moved. Its input tells no side: the activation a layer gets inside the
     # model is on the CPU for an input never moved and for a layer before it never moved alike
-    if template.name == "extension_cuda" and arg and re.fullmatch(r"weights?|bias", arg, re.I):
+    named = arg or groups.get("arg2")
+    if template.name == "extension_cuda" and named and re.fullmatch(r"weights?|bias", named, re.I):
         return "weights"
     # stft's and istft's own check (aten/src/ATen/native/SpectralOps.cpp) names the signal `self` and the window.
     # A signal on the CPU is what the transform was given: the input's side. A window on the CPU tells no side: a
@@ -533,6 +540,18 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
     return None, {}, ""
 
 
+# the devices of a message that names none, or not all: where its op runs, then where the tensor it refused is
+FIXED_DEVICES = {
+    "thnn_cpu_argument": ("cuda", "cpu"), "cpu_scalars": ("cuda", "cpu"), "dataparallel_cpu": ("cuda", "cpu"),
+    "extension_cuda": ("cuda", "cpu"),  # the extension runs on CUDA; the argument it names is on the CPU
+    "extension_cpu": ("cpu", "cuda"),  # the kernel runs on the CPU; the argument it names is on the GPU
+    "xla_input": ("xla", "cpu"),  # the op runs on XLA; its input is a CPU tensor
+    "mps_placeholder": ("mps", "cpu"),  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
+    "dml_input": ("privateuseone", "cpu"),  # a DML op (PrivateUse1's) given an input on the CPU
+    "different_gpus": ("cuda:0", "cuda:1"),  # two GPUs, which the message does not say
+}
+
+
 def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ...]:
     found = [groups.get(k) for k in ("a", "b", "a2", "b2")]
     names = [n for n in found if n]
@@ -540,18 +559,7 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = [_device_of_legacy(n) for n in names]
     if template.name == "same_gpu":  # the GPU (or MPS, whose kernels kept the check) the op runs on; no index
         names = ["mps" if groups.get("a") == "MPS" else "cuda", "cpu"]
-    if template.name in ("thnn_cpu_argument", "cpu_scalars", "dataparallel_cpu"):
-        names = ["cuda", "cpu"]  # the GPU the op runs on, the CPU an argument is on (the messages name no index)
-    if template.name == "extension_cuda":
-        names = ["cuda", "cpu"]  # the extension runs on CUDA; the argument it names is on the CPU
-    if template.name == "dml_input":
-        names = ["privateuseone", "cpu"]  # a DML op (PrivateUse1's) given an input on the CPU
-    if template.name == "extension_cpu":
-        names = ["cpu", "cuda"]  # the extension runs on the CPU; the argument it names is on the GPU
-    if template.name == "xla_input":
-        names = ["xla", "cpu"]  # the op runs on XLA; its input is a CPU tensor
-    if template.name == "mps_placeholder":
-        names = ["mps", "cpu"]  # an MPS kernel reading a tensor that has no MPS storage: a CPU one
+    names = list(FIXED_DEVICES.get(template.name, names))
     if template.name == "same_gpu_index":
         names = [f"cuda:{n}" for n in names]
     if template.name == "sparse_devices":  # COO's get_device(): a CUDA index, or -1 for the CPU
@@ -560,8 +568,6 @@ def _devices(template: Template, groups: dict[str, str | None]) -> tuple[str, ..
         names = [re.sub(r"^(?:Sparse|Mkldnn|Quantized)", "", n) for n in names]
     if template.name == "named_pair":  # 1.0's linear solve said GPU or CPU
         names = [{"GPU": "cuda", "CPU": "cpu"}.get(n, n) for n in names]
-    if template.name == "different_gpus":
-        names = ["cuda:0", "cuda:1"]  # two of them, which the message does not say
     names = [n.lower() for n in names]
     if template.name in ("meta", "meta_copy"):
         names.append("meta")
@@ -1586,7 +1592,8 @@ def read(text: str, code: str = "") -> Facts:
         # an old torch.load restored with .cuda(N) unchecked: a saved index the host lacks (not one it was mapped to)
         kind = "deserialize_index"
     return Facts(template=template.name if template else None, kind=kind,
-                 message=message, devices=devices, argument=groups.get("arg"), op=groups.get("op") or _kernel(text),
+                 message=message, devices=devices, argument=groups.get("arg") or groups.get("arg2"),
+                 op=groups.get("op") or _kernel(text),
                  frames=frames, side=_side(template, groups), site=raise_site(text), code=signals,
                  torch_version=version, run=("resumed",) if RESUMED.search(text + "\n" + code) else ())
 
@@ -1784,7 +1791,9 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         unfit = ", but the message's wording is an older release's than this mechanism"
     elif "attribute_raised" in facts.code and clues.sides == ("weights",):
         unfit = ", but the line that raised reads a module's tensor attribute, not a layer's weight"
-    if facts.argument and facts.argument in clues.arguments and op_fits:  # one scenario's argument counts double
+    # (a kernel's own check names its own parameter, no ATen op's argument a scenario knows)
+    if facts.argument and facts.argument in clues.arguments and op_fits \
+            and facts.template not in ("extension_cuda", "extension_cpu"):  # one scenario's argument counts double
         if not unfit:
             total += WEIGHTS["argument"] * (2 if sum(facts.argument in s.clues.arguments
                                                      for s in registry.SCENARIOS) == 1 else 1)
@@ -1954,11 +1963,13 @@ NOT_TAUGHT = {
                       "gets when no launcher (torchrun) set it. Move to a tensor's device with `.to(x.device)`, and "
                       "pick the device from local_rank only when it is 0 or more; no lesson of the catalog covers "
                       "this",
-    "rng_devices": "torch.cuda.set_rng_state_all restores one RNG state per GPU the checkpoint was saved on, each onto "
-                   "the GPU of its index: a checkpoint from more GPUs than this host has (or CUDA_VISIBLE_DEVICES "
+    "rng_devices": "a CUDA RNG state was restored onto (or read from) a GPU index this host does not have: "
+                   "torch.cuda.set_rng_state_all restores one state per GPU the checkpoint was saved on, each onto "
+                   "the GPU of its index, so a checkpoint from more GPUs than this host has (or CUDA_VISIBLE_DEVICES "
                    "shows) asks for one it lacks. Restore only as many states as torch.cuda.device_count() (or each "
-                   "rank its own, `torch.cuda.set_rng_state(states[local_rank])`); no lesson of the catalog covers "
-                   "this (rng_state_map_location teaches the CPU's RNG state loaded onto the device)",
+                   "rank its own, `torch.cuda.set_rng_state(states[local_rank], device=local_rank)`); no lesson of "
+                   "the catalog covers this (rng_state_map_location teaches the CPU's RNG state loaded onto the "
+                   "device)",
     "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
              "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
@@ -2119,9 +2130,9 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
         question = scenario.clues.question
         if question == registry.FORWARD_QUESTION and facts.side in registry.SIDE_QUESTIONS:
             question = registry.SIDE_QUESTIONS[facts.side]  # the message told the side: ask within it
-        frame, left = registry.SHOWN_QUESTIONS.get(question, ("", ""))
-        if frame in facts.frames:
-            question = left  # the traceback shows where it raised: ask what is left (the resume's order, the tensor)
+        site, left = registry.SHOWN_QUESTIONS.get(question, ("", ""))
+        if facts.site == site:  # the traceback shows it raised there: ask what is left (the resume's order, the tensor)
+            question = left
         return Diagnosis(facts, "ambiguous", top, note=f"the message fits several scenarios; what tells them apart: "
                          f"{question}{more}")
     return Diagnosis(facts, "scenario", top, note=caveat)

@@ -163,9 +163,10 @@ OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) nam
 CRITERION_CHECK = "audit.misplaced(device, criterion=criterion) names the loss's tensor"
 STEP_QUESTION = "does it raise in optimizer.step(), after a resume, with SGD momentum or Adam moments?"
 LOSS_QUESTION = "does it raise in the loss: a weight of the criterion, or the targets?"
-# where the traceback shows the frame a question asks about, the question is what is left to ask
-STEP_ORDER_QUESTION = ("was the optimizer's state loaded (optimizer.load_state_dict) before the model was moved "
-                       "(model.to(device))? A state loaded first stays on the CPU")
+# where the traceback shows it raised where a question asks, the question is what is left to ask
+STEP_ORDER_QUESTION = ("was the optimizer's state loaded (optimizer.load_state_dict), or the optimizer built (Adagrad "
+                       "makes its state then), before the model was moved (model.to(device))? That state stays on the "
+                       "CPU")
 LOSS_PART_QUESTION = ("which of the loss's tensors is on the CPU: a weight the criterion was built with (weight=, "
                       "pos_weight=, a tensor it keeps), or the targets?")
 SHOWN_QUESTIONS = {STEP_QUESTION: ("optimizer_step", STEP_ORDER_QUESTION), LOSS_QUESTION: ("loss", LOSS_PART_QUESTION)}

@@ -91,6 +91,10 @@ WORDINGS = parametrize_cases(
          devices=("cuda", "cpu"), argument="b_q_weight"),
     Case("library_same_gpu", text="TypeError: Input and filter must be on the same GPU", template="same_device",
          devices=(), argument=None),
+    Case("library_same_devices", text="ValueError: Point clouds must be on the same devices. Device Dr1: cuda:0 and "
+         "device Dr2: cpu", template="same_device", devices=(), argument=None),
+    Case("xla_input_without_type", text="RuntimeError: Input tensor is not an XLA tensor", template="xla_input",
+         devices=("xla", "cpu"), argument=None),
     Case("directml_unbox", text='RuntimeError: tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL ASSERT '
          'FAILED at "torch_directml/csrc/dml/DMLTensor.cpp":30, please report a bug to PyTorch. unbox expects Dml '
          "at::Tensor as inputs", template="dml_input", devices=("privateuseone", "cpu"), argument=None),
@@ -331,6 +335,19 @@ def test_diffusers_latents_on_the_pipeline_s_cpu_are_its_weights_left_there_or_o
     assert offloaded.matches[0].slug == "offload_device_read"
 
 
+@pytest.mark.parametrize("text", [
+    # a log's warning that a part is not on the GPU is no kernel's check: the error after it is read
+    "[Tiled VAE] warn: VAE is not on GPU, check 'Move VAE to GPU' if possible.\nRuntimeError: \"addmm_impl_cpu_\" "
+    "not implemented for 'Half'",
+    # an XLA tensor of a type XLA's op does not take is no CPU tensor
+    "RuntimeError: Check failed: xtensor: Input tensor is not an XLA tensor: XLAComplexFloatType",
+    # a library that asks for CPU tensors by design
+    "ValueError: q, k, and v must be CPU tensors",
+])
+def test_what_only_looks_like_a_kernel_s_device_check_is_not_read_as_one(text: str) -> None:
+    assert diagnose.read(text).template not in ("extension_cuda", "extension_cpu", "xla_input")
+
+
 def test_an_extension_s_check_names_the_side_by_its_argument() -> None:
     """A CUDA extension's CHECK_CUDA names the argument it found on the CPU: its weight is the module's, left there
     with the model. Its input, an activation inside the model, tells no side, nor does another name."""
@@ -338,6 +355,11 @@ def test_an_extension_s_check_names_the_side_by_its_argument() -> None:
     assert weights.facts.side == "weights"
     assert weights.matches[0].slug == "model_not_moved"
     assert diagnose.diagnose("RuntimeError: bias must be a CUDA tensor").facts.side == "weights"
+    # the extension's parameter is its own name: `weight` is no loss's argument, `index` no embedding's
+    assert diagnose.diagnose("RuntimeError: weight must be a CUDA tensor").matches[0].slug == "model_not_moved"
+    for text in ("RuntimeError: index must be CPU tensor", "RuntimeError: weight must be CPU tensor"):
+        ranked = [m.slug for m in diagnose.diagnose(text).matches]
+        assert not {"tokenizer_outputs", "loss_class_weights"} & set(ranked), ranked
     for name in ("input", "overlap"):
         assert diagnose.diagnose(f"RuntimeError: {name} must be a CUDA tensor").facts.side is None
 
@@ -367,6 +389,15 @@ def test_cuda_rng_states_of_more_gpus_than_the_host_has_are_no_lesson() -> None:
     assert "device_count()" in result.note
     assert diagnose.read('  File "train.py", line 3, in <module>\n    x = sizes[idx]\nIndexError: tuple index out '
                          "of range").template is None
+    # as IPython prints it (lines between the code and the error), and as torch.cuda's lazy call wraps it
+    ipython = ("/venv/lib/python3.10/site-packages/torch/cuda/random.py in cb()\n     72         default_generator = "
+               "torch.cuda.default_generators[idx]\n     73         default_generator.set_state(new_state)\n\n"
+               "IndexError: tuple index out of range")
+    lazy = ("torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with error: tuple index out "
+            "of range")
+    for other in (ipython, lazy):
+        assert diagnose.diagnose(other).verdict == "not_in_catalog"
+        assert diagnose.read(other).template == "rng_devices"
 
 
 def test_a_frame_the_traceback_shows_is_not_asked_about_again() -> None:
@@ -389,6 +420,12 @@ def test_a_frame_the_traceback_shows_is_not_asked_about_again() -> None:
     assert loss.matches[0].slug == "loss_class_weights"
     assert registry.LOSS_PART_QUESTION in loss.note
     assert registry.LOSS_QUESTION not in loss.note
+    # a frame read from a call line, not the frame that raised (a scheduler's step, a loop pasted above): still asked
+    scheduler = diagnose.diagnose('  File "train.py", line 80, in <module>\n    scheduler.step()\n  File "/env/lib/'
+                                  'python3.10/site-packages/torch/optim/lr_scheduler.py", line 150, in step\n'
+                                  "    values = self.get_lr()\n" + message)
+    assert "optimizer_step" in scheduler.facts.frames
+    assert registry.STEP_ORDER_QUESTION not in scheduler.note
 
 
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
