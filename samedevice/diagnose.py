@@ -633,6 +633,7 @@ FRAMES = {
     "hf_library": (r"[/\\](?:transformers|accelerate|peft)[/\\]", None),
 }
 # what a user frame's code line shows (`optimizer.step()`, `loss = criterion(...)`)
+CALL_SKIPPED = re.compile(r"\s*(?:File |Traceback|\w*Error)")  # a frame's line, an error's: no call quoted
 CALL_LINES = {
     # an optimizer's step by the name that holds it (`optimizer.step()`, `opt_g.step()`, `self.optimizers().step()`,
     # `optimizers[0].step()`, `self.adam.step()`), a scaler's or DeepSpeed's engine's (`self._scaler.step(optimizer)`,
@@ -655,10 +656,15 @@ RAISE_SITES = ("optimizer_step", "custom_optimizer_step", "loss", "layer", "embe
                "sampler", "ema")
 
 
+@functools.lru_cache(maxsize=4)  # several readings ask for the frames of one paste
+def _frames(text: str) -> tuple[tuple[str, str], ...]:
+    """Each frame line's file and function, in the order of the paste."""
+    return tuple(_frame(match) for match in FRAME.finditer(text))
+
+
 def raise_site(text: str) -> str | None:
     site = None
-    for match in FRAME.finditer(text):
-        path, func = _frame(match)
+    for path, func in _frames(text):
         for kind in RAISE_SITES:
             path_rx, func_rx = FRAMES[kind]
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
@@ -678,24 +684,23 @@ def _serialized(path: str) -> bool:
 
 def read_frames(text: str) -> tuple[str, ...]:
     kinds: list[str] = []
-    for match in FRAME.finditer(text):
-        path, func = _frame(match)
+    frames = _frames(text)
+    for path, func in frames:
         for kind, (path_rx, func_rx) in FRAMES.items():
             if re.search(path_rx, path) and (func_rx is None or re.fullmatch(func_rx, func)):
                 kinds.append(kind)
-    last = [_frame(match) for match in FRAME.finditer(text)][-1:]
+    last = frames[-1:]
     # raised in a forward of the user's own code, by the code of that forward; not TorchScript's serialized code
     # (`code/__torch__/...`), which is the graph a trace or a script recorded, not a forward run as written
     if last and last[0][1] == "forward" and not LIBRARY.search(last[0][0]) and not _serialized(last[0][0]):
         kinds.append("user_forward")
     if "optimizer_step" in kinds and "custom_optimizer_step" in kinds:
         kinds = [k for k in kinds if k != "custom_optimizer_step"]  # a trainer's wrapper of torch.optim's step
-    for line in text.splitlines():
-        if re.match(r"\s*(?:File |Traceback|\w*Error)", line):
-            continue
-        for kind, rx in CALL_LINES.items():
-            if re.search(rx, line):
-                kinds.append(kind)
+    # each kind once, where its first line is (a megabyte's log is searched once per kind, not once per line)
+    body = "\n".join(line for line in text.splitlines() if not CALL_SKIPPED.match(line))
+    firsts = [(body.count("\n", 0, match.start()), i, kind) for i, (kind, rx) in enumerate(CALL_LINES.items())
+              if (match := re.search(rx, body))]
+    kinds += [kind for _, _, kind in sorted(firsts)]
     if re.search(r"TorchScript interpreter|operation failed in (?:the TorchScript )?interpreter", text):
         kinds.append("torchscript")
 
@@ -897,7 +902,9 @@ def _frames_joined(text: str) -> str:
     lines, out, i = text.splitlines(), [], 0
     while i < len(lines):
         line = lines[i]
-        if re.search(r"(?<!\w)File(?:\s|$)|\.py\b|<ipython-input|Cell In\[", line) and not FRAME.search(line):
+        # (every form of a frame line has the word `in` before its function: lines without it join into none)
+        if re.search(r"(?<!\w)File(?:\s|$)|\.py\b|<ipython-input|Cell In\[", line) \
+                and re.search(r"\bin\b", " ".join(lines[i: i + 4])) and not FRAME.search(line):
             for j in range(i + 1, min(i + 4, len(lines))):
                 if FRAME.search(lines[j]):
                     break  # the next frame: this line was no frame cut in two
@@ -1623,6 +1630,7 @@ def _kernel(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+@functools.lru_cache(maxsize=4)  # read() and diagnose() ask it of the same paste
 def raising_line(text: str) -> str:
     """The source line a traceback quotes under its deepest frame: the line that raised."""
     lines, last = text.splitlines(), ""
@@ -1672,7 +1680,7 @@ def _raised(text: str, template: str | None = None) -> tuple[str, ...]:
     CPU tensor was indexed by device indices, a local one indexed (`t = t[mask]`) is no attribute's: a tensor made
     on the CPU or a batch never moved, not a table kept as an attribute."""
     line = raising_line(text)
-    frames = [_frame(m) for m in FRAME.finditer(text)]
+    frames = _frames(text)
     if frames and re.search(r"(?:^|/)torch/", frames[-1][0]):
         return ()  # torch's own line (`F.linear(input, self.weight, self.bias)`): its attributes are the layer's
     keyword = r"(?:return|in|if|else|and|or|not|is|yield|await|lambda|for|assert)\b"  # `return [...]` indexes nothing
@@ -1993,7 +2001,7 @@ def _calls(text: str, facts: Facts) -> tuple[str, ...]:
     """Where the input shows it raised: the op its message names, the functions of torch's frames in its traceback,
     and the calls on the line that raised, as written (`torch.ctc_loss`, `self.ctc_loss`). Not the code's other
     calls: a call elsewhere in a script did not raise."""
-    frames = [func for path, func in map(_frame, FRAME.finditer(text)) if re.search(r"[/\\]torch[/\\]", path)]
+    frames = [func for path, func in _frames(text) if re.search(r"[/\\]torch[/\\]", path)]
     called = re.findall(r"(?<![\w.])([A-Za-z_][\w.]*)\(", raising_line(text))
     return tuple(dict.fromkeys(([facts.op] if facts.op else []) + frames + called))
 
@@ -2191,7 +2199,7 @@ def _other_error(text: str) -> str | None:
     if re.search(WRAPPER, words) or re.search(DEVICE_WORDS, words):
         return None
     if any(re.search(r"[/\\]torch[/\\](?:cuda|distributed|serialization|random)", path)
-           for path, _ in map(_frame, FRAME.finditer(text))):
+           for path, _ in _frames(text)):
         return None
     return errors[-1].group(0).strip()
 
