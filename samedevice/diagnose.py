@@ -344,8 +344,8 @@ TEMPLATES = (
     _t("dgl_fetch", "mismatch", r"Got indices on device (?P<a>" + DEVICE + r") whereas the feature tensor is on "
        r"(?P<b>" + DEVICE + ")", "DGL's check that a feature tensor is read with indices on its device"),
     # the argument parser's check of a device index (torch/csrc/utils/python_arg_parser.h; checked by running torch:
-    # `.to(-1)`, `.cuda(-1)`, torch.device('cuda', -1)): -1 is
-    # what Tensor.get_device() returns for a CPU tensor, and the local_rank a script gets when no launcher set it
+    # `.to(-1)`, `.cuda(-1)`, torch.device('cuda', -1)): -1 is what Tensor.get_device() returns for a CPU tensor, and
+    # the local_rank a script gets when no launcher set it
     _t("negative_index", "negative_index", r"Device index must not be negative",
        "a device index of -1 was given where a GPU's is wanted"),
     # torch/cuda/random.py's set_rng_state (and get_rng_state) reads the generator of its index
