@@ -850,6 +850,8 @@ def read_code(code: str) -> tuple[str, ...]:
     found += parsed if parsed is not None else _text_signals(code)
     if "cpu_device" in found and re.search(r"cuda|is_available\(|['\"](?:mps|xpu)", code):
         found.remove("cpu_device")  # the CPU is the fallback of a choice (`if torch.cuda.is_available(): ...`)
+    if "batch_moved" in found and "batch_loop" in found:
+        found.remove("batch_loop")  # a loop whose batch is moved whole tells of no batch left behind
     if "moves_inputs" in found and not re.search(RUNS_A_MODEL, code):
         found.remove("moves_inputs")  # inputs moved beside no model: nothing says which tensor stayed behind
     if "tokenizer" in found:  # its outputs moved whole, or not
@@ -1016,7 +1018,49 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         for n in calls)
     if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
+    if _batch_moved(tree):
+        found.append("batch_moved")
     return found
+
+
+def _batch_moved(tree: ast.AST) -> bool:
+    """A loop over a loader whose batch is moved whole: each name it binds (not enumerate's count) is rebound to its
+    move (`x, y = x.to(device), y.to(device)`) or moved wherever the loop reads it (`loss_fn(model(x.cuda()),
+    y.cuda())`). A batch bound whole (`for batch in loader`) moved by a dict or a helper is not read here."""
+    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
+        if not re.search(r"loader|batches", ast.unparse(loop.iter), re.I):
+            continue
+        target = loop.target
+        if isinstance(loop.iter, ast.Call) and _call_name(loop.iter) == "enumerate" \
+                and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]  # (i, batch): i counts
+        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        body = ast.Module(body=loop.body, type_ignores=[])
+        if names and all(_rebound_to_its_move(body, name) or _read_moved(body, name) for name in names):
+            return True
+    return False
+
+
+def _is_move_of(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda") \
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == name and _to_a_device(node)
+
+
+def _rebound_to_its_move(body: ast.AST, name: str) -> bool:
+    for n in ast.walk(body):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1:
+            target, value = n.targets[0], n.value
+            pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                and len(target.elts) == len(value.elts) else [(target, value)]
+            if any(isinstance(t, ast.Name) and t.id == name and _is_move_of(v, name) for t, v in pairs):
+                return True
+    return False
+
+
+def _read_moved(body: ast.AST, name: str) -> bool:
+    reads = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    moved = {id(n.func.value) for n in ast.walk(body) if _is_move_of(n, name)}
+    return bool(reads) and all(id(n) in moved for n in reads)
 
 
 # the names inputs go by (`x`, `inputs`, `img`, `labels`): tensors, not modules
@@ -1878,6 +1922,8 @@ CODE_WHY = {
     "distribution_scalar": "a Distribution is built from Python numbers",
     "lerp_cpu_scalar": "lerp's weight is a 0-dim tensor made on the CPU",
     "draw_device_given": "a random draw is given its generator and its device",
+    "batch_moved": "the loop's batch is moved whole (each tensor it binds is moved where it is read, or rebound to its "
+                   "move)",
     "move_discarded": "an input's move is not assigned (`img.to(device)` on its own line): Tensor.to returns the "
                       "moved tensor and leaves the one it was called on where it was",
 }

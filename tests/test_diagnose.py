@@ -428,6 +428,38 @@ def test_a_frame_the_traceback_shows_is_not_asked_about_again() -> None:
     assert registry.STEP_ORDER_QUESTION not in scheduler.note
 
 
+LOOP_MESSAGE = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+
+@pytest.mark.parametrize(("code", "first", "moved"), [
+    # the batch moved in the calls: the criterion's weight made on the CPU is what is left
+    ("criterion = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0]))\nmodel.to(device)\nfor x, y in loader:\n"
+     "    loss = criterion(model(x.to(device)), y.to(device))\n", "loss_class_weights", True),
+    # the batch rebound to its move at once, the model never moved
+    ("model = Net()\nfor x, y in loader:\n    x, y = x.to(device), y.to(device)\n    out = model(x)\n",
+     "model_not_moved", True),
+    # enumerate's count is no tensor; both tensors moved
+    ("model = Net().to(device)\nfor i, (x, y) in enumerate(train_loader):\n    x = x.cuda()\n    y = y.cuda()\n"
+     "    loss = F.cross_entropy(model(x), y)\n", None, True),
+    # the labels read as they came: the batch's case
+    ("model = Net().to(device)\nfor i, (x, y) in enumerate(train_loader):\n    x = x.to(device)\n"
+     "    loss = F.cross_entropy(model(x), y)\n", "batch_not_moved", False),
+    # a batch bound whole and moved by a comprehension is not read as moved
+    ("model = Net().to(device)\nfor batch in loader:\n    batch = {k: v.to(device) for k, v in batch.items()}\n"
+     "    out = model(**batch)\n", None, False),
+])
+def test_a_loop_whose_batch_is_moved_whole_tells_of_no_batch_left(code: str, first: str | None, moved: bool) -> None:
+    """A loop over a loader says the batch may be left behind, unless each tensor it binds is moved where it is read
+    or rebound to its move: then the tensor on the CPU is another (the model, the criterion's weight)."""
+    result = diagnose.diagnose(LOOP_MESSAGE, code)
+    assert ("batch_moved" in result.facts.code) == moved
+    assert ("batch_loop" in result.facts.code) != moved
+    if first:
+        assert result.matches[0].slug == first
+    if moved:
+        assert result.matches[0].slug != "batch_not_moved"
+
+
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
     """DDP checks the module at the wrap: one left on the CPU with device_ids given is model_not_moved's bug, as
     its page says and test_model_not_moved_under_ddp runs."""
