@@ -1059,7 +1059,8 @@ def _rebound_to_its_move(body: ast.AST, name: str) -> bool:
 
 def _read_moved(body: ast.AST, name: str) -> bool:
     reads = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
-    moved = {id(n.func.value) for n in ast.walk(body) if _is_move_of(n, name)}
+    moved = {id(n.func.value) for n in ast.walk(body)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_move_of(n, name)}
     return bool(reads) and all(id(n) in moved for n in reads)
 
 
