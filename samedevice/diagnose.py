@@ -1020,6 +1020,21 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("model_never_moved")
     if _batch_moved(tree):
         found.append("batch_moved")
+    # a loss of one's own (a class named as losses are) keeping a tensor as a plain attribute in its __init__
+    if any(isinstance(c, ast.ClassDef) and re.search(r"Loss|Criterion", c.name) and any(
+            isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            and any("plain_tensor_attr" in _attribute_signals(n) for n in ast.walk(f)) for f in c.body)
+           for c in ast.walk(tree)):
+        found.append("loss_attr")
+    # a tensor put in each of an optimizer's param groups: `for g in optimizer.param_groups: g["d"] = torch.tensor(..)`
+    if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+           and ast.unparse(loop.iter).endswith("param_groups") and any(
+               isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                                                 and t.value.id == loop.target.id for t in n.targets)
+               and isinstance(n.value, ast.Call) and _call_name(n.value).startswith("torch.")
+               and _call_name(n.value).split(".")[-1] in FACTORIES for n in ast.walk(loop))
+           for loop in ast.walk(tree)):
+        found.append("group_tensor")
     return found
 
 
@@ -1923,6 +1938,7 @@ CODE_WHY = {
     "distribution_scalar": "a Distribution is built from Python numbers",
     "lerp_cpu_scalar": "lerp's weight is a 0-dim tensor made on the CPU",
     "draw_device_given": "a random draw is given its generator and its device",
+    "loss_attr": "a loss of its own keeps a tensor as a plain attribute in __init__",
     "batch_moved": "the loop's batch is moved whole (each tensor it binds is moved where it is read, or rebound to its "
                    "move)",
     "move_discarded": "an input's move is not assigned (`img.to(device)` on its own line): Tensor.to returns the "

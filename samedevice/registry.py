@@ -212,7 +212,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("custom_loss_weight", "A loss weight kept as a plain attribute: criterion.to(device) skips it",
              "000 seed", _accelerators("mismatch"),
              clues=Clues(frames=("loss", "user_forward", "user_loss"),
-                         code=("plain_tensor_attr", "plain_list_layers", "attribute_raised"),
+                         code=("plain_tensor_attr", "plain_list_layers", "attribute_raised", "loss_attr"),
                          against=("local_indexed",), prior=0.1,
                    confirm=CRITERION_CHECK,
                    question=LOSS_QUESTION)),

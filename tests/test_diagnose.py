@@ -470,6 +470,32 @@ def test_a_pos_weight_without_the_seed_s_device_check_is_the_loss_s_lesson_alone
     assert "seed_device_check" not in [m.slug for m in result.matches]
 
 
+def test_a_loss_of_one_s_own_with_a_plain_tensor_is_the_custom_loss_lesson() -> None:
+    """A plain tensor attribute kept by a class named as losses are is the custom loss's case; kept by a model, the
+    plain attribute's."""
+    loss = ("class WeightedLoss(nn.Module):\n    def __init__(self, w):\n        super().__init__()\n"
+            "        self.w = torch.tensor(w)\n    def forward(self, pred, y):\n"
+            "        return ((pred - y) ** 2 * self.w).mean()\ncriterion = WeightedLoss([1.0, 2.0])\n"
+            "model = Net().to(device)\nloss = criterion(model(x.to(device)), y.to(device))\n")
+    result = diagnose.diagnose(LOOP_MESSAGE, loss)
+    assert "loss_attr" in result.facts.code
+    assert result.matches[0].slug == "custom_loss_weight"
+    model = diagnose.diagnose(LOOP_MESSAGE, loss.replace("WeightedLoss", "Scaled"))
+    assert "loss_attr" not in model.facts.code
+    assert model.matches[0].slug == "plain_tensor_attribute"
+
+
+def test_a_tensor_put_in_each_param_group_by_a_loop_is_read() -> None:
+    """`for g in optimizer.param_groups: g["d"] = torch.tensor(...)` puts a CPU tensor in every group, as
+    `optimizer.param_groups[0]["d"] = ...` does."""
+    code = ("optimizer = Prodigy(model.parameters())\nmodel.to(device)\noptimizer.load_state_dict(ckpt['opt'])\n"
+            "for g in optimizer.param_groups:\n    g['d'] = torch.tensor([1.0])\n")
+    result = diagnose.diagnose(LOOP_MESSAGE, code)
+    assert "group_tensor" in result.facts.code
+    assert result.matches[0].slug == "param_group_tensor"
+    assert "group_tensor" not in diagnose.diagnose(LOOP_MESSAGE, code.replace("torch.tensor([1.0])", "1.0")).facts.code
+
+
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
     """DDP checks the module at the wrap: one left on the CPU with device_ids given is model_not_moved's bug, as
     its page says and test_model_not_moved_under_ddp runs."""
