@@ -806,7 +806,7 @@ SIGNALS = {
     "mps": r"['\"]mps(?::\d+)?['\"]|\bbackends\.mps\b|\btorch\.mps\b",
     # a tensor put in an optimizer's param group, and an optimizer of one's own
     "group_tensor": r"(?:\b\w*group\w*|param_groups\[[^\]]*\])\[\s*['\"]\w+['\"]\s*\]\s*=\s*torch\.(?:"
-                    + "|".join(FACTORIES) + r")\(",
+                    + "|".join(FACTORIES) + r")\((?![^\n]*\bdevice\s*=)",
     "custom_optimizer": r"\bclass\s+\w+\(\s*(?:torch\.optim\.|optim\.)?Optimizer\s*\)",
     "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
     "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
@@ -1020,11 +1020,12 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("model_never_moved")
     if _batch_moved(tree):
         found.append("batch_moved")
-    # a loss of one's own (a class named as losses are) keeping a tensor as a plain attribute in its __init__
-    if any(isinstance(c, ast.ClassDef) and re.search(r"Loss|Criterion", c.name) and any(
-            isinstance(f, ast.FunctionDef) and f.name == "__init__"
-            and any("plain_tensor_attr" in _attribute_signals(n) for n in ast.walk(f)) for f in c.body)
-           for c in ast.walk(tree)):
+    # a loss of one's own (a class named as losses are: not a model that holds one, `ModelWithLoss`) keeping a tensor
+    # made without device= as a plain attribute in its __init__
+    if any(isinstance(c, ast.ClassDef) and re.fullmatch(LOSS_CLASS, c.name) and any(
+            isinstance(f, ast.FunctionDef) and f.name == "__init__" and any(
+                "plain_tensor_attr" in _attribute_signals(n) and not _given_a_device(n) for n in ast.walk(f))
+            for f in c.body) for c in ast.walk(tree)):
         found.append("loss_attr")
     # a tensor put in each of an optimizer's param groups: `for g in optimizer.param_groups: g["d"] = torch.tensor(..)`
     if any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
@@ -1032,28 +1033,39 @@ def _ast_signals(tree: ast.AST) -> list[str]:
                isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
                                                  and t.value.id == loop.target.id for t in n.targets)
                and isinstance(n.value, ast.Call) and _call_name(n.value).startswith("torch.")
-               and _call_name(n.value).split(".")[-1] in FACTORIES for n in ast.walk(loop))
+               and _call_name(n.value).split(".")[-1] in FACTORIES and not _given_a_device(n) for n in ast.walk(loop))
            for loop in ast.walk(tree)):
         found.append("group_tensor")
     return found
 
 
+LOSS_CLASS = r"(?!\w*(?:Model|Net|With))\w*(?:Loss|Criterion)"  # a loss's class, not a model's that holds one
+
+
 def _batch_moved(tree: ast.AST) -> bool:
-    """A loop over a loader whose batch is moved whole: each name it binds (not enumerate's count) is rebound to its
-    move (`x, y = x.to(device), y.to(device)`) or moved wherever the loop reads it (`loss_fn(model(x.cuda()),
-    y.cuda())`). A batch bound whole (`for batch in loader`) moved by a dict or a helper is not read here."""
-    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
-        if not re.search(r"loader|batches", ast.unparse(loop.iter), re.I):
-            continue
-        target = loop.target
-        if isinstance(loop.iter, ast.Call) and _call_name(loop.iter) == "enumerate" \
-                and isinstance(target, ast.Tuple) and len(target.elts) == 2:
-            target = target.elts[1]  # (i, batch): i counts
-        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-        body = ast.Module(body=loop.body, type_ignores=[])
-        if names and all(_rebound_to_its_move(body, name) or _read_moved(body, name) for name in names):
-            return True
-    return False
+    """Every loop over a loader moves its batch whole: each tensor it binds (not enumerate's count, not `_`) is first
+    rebound to its move, by a statement of the loop's own (`x, y = x.to(device), y.to(device)`) and never rebound to
+    anything else after, or moved wherever the loop reads it (`loss_fn(model(x.cuda()), y.cuda())`). A batch bound
+    whole (`for batch in loader`) moved by a dict or a helper is not read here; nor is a move under a branch."""
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and re.search(r"loader|batches", ast.unparse(n.iter),
+                                                                                re.I)]
+    return bool(loops) and all(_loop_moves_its_batch(loop) for loop in loops)
+
+
+def _loop_moves_its_batch(loop: ast.For) -> bool:
+    target = loop.target
+    counted = any(isinstance(n, ast.Call) and _call_name(n) == "enumerate" for n in ast.walk(loop.iter))
+    if counted and isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
+        target = target.elts[1]  # (i, batch): i counts
+    names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and n.id != "_"}
+    return bool(names) and all(_rebound_to_its_move(loop.body, name) or _read_moved(loop.body, name)
+                               for name in names)
+
+
+def _given_a_device(node: ast.AST) -> bool:
+    """An assignment whose value is a call given device= (`torch.tensor(w, device=device)`)."""
+    return isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+        and any(k.arg == "device" for k in node.value.keywords)
 
 
 def _is_move_of(node: ast.AST, name: str) -> bool:
@@ -1061,22 +1073,32 @@ def _is_move_of(node: ast.AST, name: str) -> bool:
         and isinstance(node.func.value, ast.Name) and node.func.value.id == name and _to_a_device(node)
 
 
-def _rebound_to_its_move(body: ast.AST, name: str) -> bool:
-    for n in ast.walk(body):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1:
-            target, value = n.targets[0], n.value
-            pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
-                and len(target.elts) == len(value.elts) else [(target, value)]
+def _stores(node: ast.AST, name: str) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+
+
+def _rebound_to_its_move(body: list[ast.stmt], name: str) -> bool:
+    """The loop's own statement rebinds the name to its move before anything reads it, and nothing rebinds it after."""
+    for i, statement in enumerate(body):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+            pairs = list(zip(target.elts, value.elts)) if isinstance(target, (ast.Tuple, ast.List)) \
+                and isinstance(value, (ast.Tuple, ast.List)) and len(target.elts) == len(value.elts) \
+                else [(target, value)]
             if any(isinstance(t, ast.Name) and t.id == name and _is_move_of(v, name) for t, v in pairs):
-                return True
+                return not any(_stores(later, name) for later in body[i + 1:])
+        if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(statement)):
+            return False  # read (or rebound) before its move
     return False
 
 
-def _read_moved(body: ast.AST, name: str) -> bool:
-    reads = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
-    moved = {id(n.func.value) for n in ast.walk(body)
+def _read_moved(body: list[ast.stmt], name: str) -> bool:
+    """Each read of the name in the loop is the receiver of its move, and nothing rebinds it."""
+    module = ast.Module(body=body, type_ignores=[])
+    reads = [n for n in ast.walk(module) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    moved = {id(n.func.value) for n in ast.walk(module)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_move_of(n, name)}
-    return bool(reads) and all(id(n) in moved for n in reads)
+    return bool(reads) and all(id(n) in moved for n in reads) and not _stores(module, name)
 
 
 # the names inputs go by (`x`, `inputs`, `img`, `labels`): tensors, not modules
@@ -1318,8 +1340,10 @@ def _to_a_device(call: ast.Call) -> bool:
         return True
     for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "device")]:
         text = ast.unparse(arg)
-        if re.fullmatch(r"torch\.(?:float|half|bfloat|double|int|long|bool|uint|complex)\w*|[\w.]*dtype", text) \
-                or re.search(r"['\"]cpu['\"]", text):
+        # (a dtype: torch.short, `x.dtype`, `torch.get_default_dtype()`; the CPU: "cpu", a name that says it)
+        if re.fullmatch(r"torch\.(?:float|half|bfloat|double|int|long|short|char|bool|uint|complex|cfloat|cdouble)\w*"
+                        r"|[\w.]*dtype(?:\(\))?", text) \
+                or re.search(r"['\"]cpu['\"]|(?<![a-z])cpu(?![a-z])", text, re.I):
             return False
     return bool(call.args) or any(k.arg == "device" for k in call.keywords)
 

@@ -470,6 +470,42 @@ def test_a_pos_weight_without_the_seed_s_device_check_is_the_loss_s_lesson_alone
     assert "seed_device_check" not in [m.slug for m in result.matches]
 
 
+MOVED_MODEL = "model = Net().to(device)\n"
+
+
+@pytest.mark.parametrize("loops", [
+    # one loop moves its batch, the other does not: the loop that does speaks for no other
+    "for x, y in train_loader:\n    loss = criterion(model(x), y)\nfor x, y in val_loader:\n"
+    "    x, y = x.to(device), y.to(device)\n    out = model(x)\n",
+    # moved after it was read
+    "for x, y in loader:\n    out = model(x)\n    loss = criterion(out, y)\n    x, y = x.to(device), y.to(device)\n",
+    # moved, then rebound to another tensor
+    "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    y = torch.tensor(remap[y])\n"
+    "    loss = criterion(model(x), y)\n",
+    # moved inside a function of its own, or under a branch
+    "for x, y in loader:\n    def f(x):\n        x = x.to(device)\n        return x\n    loss = criterion(model(x), y)\n",
+    "for x, y in loader:\n    if use_gpu:\n        x, y = x.to(device), y.to(device)\n    loss = criterion(model(x), y)\n",
+    # a cast, or a move to the CPU, is no move to the device
+    "for x, y in loader:\n    x = x.to(device)\n    y = y.to(torch.short)\n    loss = criterion(model(x), y)\n",
+    "for x, y in loader:\n    x = x.to(device)\n    y = y.to(cpu_device)\n    loss = criterion(model(x), y)\n",
+])
+def test_a_batch_moved_in_part_or_out_of_order_is_still_a_batch_left(loops: str) -> None:
+    result = diagnose.diagnose(LOOP_MESSAGE, MOVED_MODEL + loops)
+    assert "batch_moved" not in result.facts.code
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "batch_not_moved")
+
+
+@pytest.mark.parametrize("loop", [
+    "for x, _ in loader:\n    x = x.to(device)\n    out = model(x)\n",  # `_` is no tensor read
+    "for i, (x, y) in tqdm(enumerate(loader)):\n    x, y = x.to(device), y.to(device)\n    out = model(x)\n",
+    "for x, y in loader:\n    [x, y] = [x.to(device), y.to(device)]\n    out = model(x)\n",
+])
+def test_a_batch_moved_whole_is_read_in_its_other_shapes(loop: str) -> None:
+    result = diagnose.diagnose(LOOP_MESSAGE, MOVED_MODEL + loop)
+    assert "batch_moved" in result.facts.code
+    assert "batch_not_moved" not in [m.slug for m in result.matches][:1]
+
+
 def test_a_loss_of_one_s_own_with_a_plain_tensor_is_the_custom_loss_lesson() -> None:
     """A plain tensor attribute kept by a class named as losses are is the custom loss's case; kept by a model, the
     plain attribute's."""
@@ -483,6 +519,10 @@ def test_a_loss_of_one_s_own_with_a_plain_tensor_is_the_custom_loss_lesson() -> 
     model = diagnose.diagnose(LOOP_MESSAGE, loss.replace("WeightedLoss", "Scaled"))
     assert "loss_attr" not in model.facts.code
     assert model.matches[0].slug == "plain_tensor_attribute"
+    # a model that holds its loss is a model; a loss's tensor made on the device is no tensor left on the CPU
+    assert "loss_attr" not in diagnose.read(LOOP_MESSAGE, loss.replace("WeightedLoss", "ModelWithLoss")).code
+    placed = loss.replace("torch.tensor(w)", "torch.tensor(w, device=device)")
+    assert "loss_attr" not in diagnose.read(LOOP_MESSAGE, placed).code
 
 
 def test_a_tensor_put_in_each_param_group_by_a_loop_is_read() -> None:
@@ -493,7 +533,10 @@ def test_a_tensor_put_in_each_param_group_by_a_loop_is_read() -> None:
     result = diagnose.diagnose(LOOP_MESSAGE, code)
     assert "group_tensor" in result.facts.code
     assert result.matches[0].slug == "param_group_tensor"
-    assert "group_tensor" not in diagnose.diagnose(LOOP_MESSAGE, code.replace("torch.tensor([1.0])", "1.0")).facts.code
+    for value in ("1.0", "torch.tensor([1.0], device=device)"):  # a number, or a tensor made on the device
+        assert "group_tensor" not in diagnose.read(LOOP_MESSAGE, code.replace("torch.tensor([1.0])", value)).code
+    assert "group_tensor" not in diagnose.read(
+        LOOP_MESSAGE, "optimizer.param_groups[0]['d'] = torch.tensor([1.0], device=device)\n").code
 
 
 def test_ddp_s_check_of_a_module_on_the_cpu_is_the_model_never_moved() -> None:
