@@ -301,7 +301,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                    question=FORWARD_QUESTION)),
     Scenario("seed_device_check", "The 000 article's device check says all clear; its recovery misses the optimizer",
              "000 seed (best practices)", _accelerators("mismatch"),
-             clues=Clues(frames=("optimizer_step", "loss"), code=("device_check",),
+             clues=Clues(frames=("optimizer_step", "loss"), code=("device_check", "pos_weight"),
                    confirm=OPTIMIZER_CHECK,
                    question=STEP_QUESTION)),
     Scenario("index_less_device", "A worker on device 1 makes tensors with an index-less device: they land on 0",

@@ -460,16 +460,6 @@ def test_a_loop_whose_batch_is_moved_whole_tells_of_no_batch_left(code: str, fir
         assert result.matches[0].slug != "batch_not_moved"
 
 
-def test_a_pos_weight_without_the_seed_s_device_check_is_the_loss_s_lesson_alone() -> None:
-    """The 000 seed's scenario is its device check that misses the optimizer; a BCE loss given pos_weight= without that
-    check is bce_pos_weight's case, and only it."""
-    code = ("criterion = nn.BCEWithLogitsLoss(pos_weight=torch.tensor([3.0]))\nmodel = Net().to(device)\n"
-            "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    loss = criterion(model(x), y)\n")
-    result = diagnose.diagnose(LOOP_MESSAGE, code)
-    assert (result.verdict, result.matches[0].slug) == ("scenario", "bce_pos_weight")
-    assert "seed_device_check" not in [m.slug for m in result.matches]
-
-
 MOVED_MODEL = "model = Net().to(device)\n"
 
 
