@@ -811,7 +811,7 @@ SIGNALS = {
     "capturable_fused": r"\b(?:capturable|fused)\s*=\s*True",
     "head_replaced": r"\b(?!self\b)\w+\.(?:fc|classifier|head|lm_head)\s*=\s*(?:nn|torch\.nn)\.",  # on a built model
     "lookup_table": r"\b(?:alphas\w*|betas|sigmas|schedule\w*|timesteps?)\[",
-    "batch_loop": r"for\s+[\w, ()]+\s+in\s+(?:enumerate\()?\w*(?:loader|batches)\w*",
+    "batch_loop": r"for\s+[\w, ()]+\s+in\s+(?:[\w.]+\()*\w*(?:loader|batches)\w*",  # tqdm(enumerate(loader)) too
     "device_check": r"check_device_consistency|next\(\w+\.parameters\(\)\)\.device",
     "moves_inputs": r"\b(?:x|inputs?|images?|data|batch|labels?|targets?)\w*\s*=\s*\w+\.(?:to\(|cuda\()",
     # lerp's weight a 0-dim tensor made on the CPU: `torch.lerp(a, b, torch.tensor(0.5))`, `a.lerp_(b, weight=...)`
@@ -1032,8 +1032,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
            and ast.unparse(loop.iter).endswith("param_groups") and any(
                isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
                                                  and t.value.id == loop.target.id for t in n.targets)
-               and isinstance(n.value, ast.Call) and _call_name(n.value).startswith("torch.")
-               and _call_name(n.value).split(".")[-1] in FACTORIES and not _given_a_device(n) for n in ast.walk(loop))
+               and _made_on_the_cpu(n.value) for n in ast.walk(loop))
            for loop in ast.walk(tree)):
         found.append("group_tensor")
     return found
@@ -1047,8 +1046,8 @@ def _batch_moved(tree: ast.AST) -> bool:
     rebound to its move, by a statement of the loop's own (`x, y = x.to(device), y.to(device)`) and never rebound to
     anything else after, or moved wherever the loop reads it (`loss_fn(model(x.cuda()), y.cuda())`). A batch bound
     whole (`for batch in loader`) moved by a dict or a helper is not read here; nor is a move under a branch."""
-    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and re.search(r"loader|batches", ast.unparse(n.iter),
-                                                                                re.I)]
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For)  # read as the text's batch_loop reads one
+             and re.search(SIGNALS["batch_loop"], f"for {ast.unparse(n.target)} in {ast.unparse(n.iter)}")]
     return bool(loops) and all(_loop_moves_its_batch(loop) for loop in loops)
 
 

@@ -475,6 +475,8 @@ MOVED_MODEL = "model = Net().to(device)\n"
     # moved inside a function of its own, or under a branch
     "for x, y in loader:\n    def f(x):\n        x = x.to(device)\n        return x\n    loss = criterion(model(x), y)\n",
     "for x, y in loader:\n    if use_gpu:\n        x, y = x.to(device), y.to(device)\n    loss = criterion(model(x), y)\n",
+    # a loader wrapped in a progress bar is a loader still
+    "for i, (x, y) in tqdm(enumerate(loader)):\n    x = x.to(device)\n    loss = criterion(model(x), y)\n",
     # a cast, or a move to the CPU, is no move to the device
     "for x, y in loader:\n    x = x.to(device)\n    y = y.to(torch.short)\n    loss = criterion(model(x), y)\n",
     "for x, y in loader:\n    x = x.to(device)\n    y = y.to(cpu_device)\n    loss = criterion(model(x), y)\n",
