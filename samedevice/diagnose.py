@@ -992,8 +992,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     built = _modules_built_and_called(tree, calls) | _models_loaded(tree)
-    moves = [n.lineno for n in calls if _placed_at_load(n) or (_call_name(n).split(".")[-1] in ("to", "cuda")
-             and (_moves_a_model(n) or (_call_name(n).split(".")[0] in built and _to_a_device(n))))]
+    moves = [n.lineno for n in calls if _placed_at_load(n) or _moves_a_module(n, built)]
     # a draw given its generator and its device at once (`torch.randn(s, generator=g, device=d)`): no default device
     if any({"generator", "device"} <= {k.arg for k in n.keywords} for n in calls):
         found.append("draw_device_given")
@@ -1005,7 +1004,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     if any(_move_discarded(n, modules) for n in ast.walk(tree)):
         found.append("move_discarded")
     assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
-    events = _bindings(assigns, calls)
+    events = _bindings(assigns, calls, built)
     if _called_on_device(tree, calls, assigns, events):
         found.append("called_on_device")
     if _run_on_a_cpu_input(calls, built, assigns, events):
@@ -1224,12 +1223,19 @@ def _at(node: ast.expr | ast.stmt) -> Position:
     return node.lineno, node.col_offset
 
 
-def _binding_moved(value: ast.expr) -> bool | None:
+def _moves_a_module(call: ast.Call, built: set[str]) -> bool:
+    """A model's move (`model.to(device)`), or the move of a name the code built from a class and runs
+    (`enc = TabNetEncoder(...)`, `enc = enc.to(device)`, `enc(x)`): a module, whatever its name."""
+    return _moves_a_model(call) or (_call_name(call).split(".")[-1] in ("to", "cuda")
+                                    and _call_name(call).split(".")[0] in built and _to_a_device(call))
+
+
+def _binding_moved(value: ast.expr, built: set[str]) -> bool | None:
     """What a binding says of the model it binds: moved (`Net().to(device)`, a load placed on a device), not moved (a
     class built, a model loaded as it is), or nothing (a helper's return, `torch.compile(model)`, `DDP(model)`)."""
     if not isinstance(value, ast.Call):
         return None
-    if _moves_a_model(value) or _placed_at_load(value):
+    if _moves_a_module(value, built) or _placed_at_load(value):
         return True
     name = _call_name(value)
     wraps = any(isinstance(arg, ast.Name) and re.fullmatch(MODEL_NAME, arg.id) for arg in value.args[:1])
@@ -1238,12 +1244,13 @@ def _binding_moved(value: ast.expr) -> bool | None:
     return None
 
 
-def _bindings(assigns: list[ast.Assign], calls: list[ast.Call]) -> list[tuple[Position, str, bool]]:
+def _bindings(assigns: list[ast.Assign], calls: list[ast.Call],
+              built: set[str]) -> list[tuple[Position, str, bool]]:
     """(where, name, moved or not): each binding of a name that says whether it holds a moved model, and each
     statement that moves a model by its name."""
     events = [(_at(n), t.id, moved) for n in assigns for t in n.targets if isinstance(t, ast.Name)
-              if (moved := _binding_moved(n.value)) is not None]
-    return events + [(_at(c), c.func.value.id, True) for c in calls if _moves_a_model(c)
+              if (moved := _binding_moved(n.value, built)) is not None]
+    return events + [(_at(c), c.func.value.id, True) for c in calls if _moves_a_module(c, built)
                      and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)]
 
 
@@ -1362,9 +1369,9 @@ def _moves_a_model(call: ast.Call) -> bool:
     """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move to an
     accelerator (a tensor's move, `x.to(device)`, `torch.Tensor(b).to(device)`, `model_inputs.to(device)`, is not;
     nor is `model.to(torch.float16)` or `model.to("cpu")`)."""
-    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-    if receiver is None or not _to_a_device(call):
-        return False
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in ("to", "cuda") or not _to_a_device(call):
+        return False  # (not `model.train(True)`, `model.load_state_dict(sd)`)
+    receiver = call.func.value
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
         name = _call_name(receiver)
         last = name.split(".")[-1]
@@ -2298,7 +2305,7 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
     # error was raised inside a scripted or traced graph, where an input never moved raises too (a recorded device
     # is shown by the serialized line, constant_raised, or by the code's trace)
     frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device", "torchscript"}
-    code = set(scenario.clues.code) - set(other.clues.code)
+    code = {signal for signal in set(scenario.clues.code) - set(other.clues.code) if _claimed(signal) < 3}
     return bool(set(facts.frames) & frames or set(facts.code) & code)
 
 

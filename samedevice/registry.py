@@ -342,7 +342,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              "was recorded as cpu", "user reports", _accelerators("mismatch"),
              # exported or traced on device 0 and run on device 1, the constant is device 0's: two of a kind
              clues=Clues(pairs=("accelerator_cpu", "two_accelerators"), frames=("torchscript", "exported"),
-                         code=("jit_trace", "constant_raised"), prior=0.2,
+                         code=("jit_trace", "constant_raised", "called_on_device"), prior=0.2,
                          confirm="print the exported graph (exported.graph_module.code, traced.code): "
                          "device=cpu among its constants",
                          question="was the model exported or traced (torch.export, torch.jit.trace) on another "

@@ -1657,6 +1657,37 @@ def test_a_moved_model_called_on_inputs_moved_in_the_call_points_inside_the_mode
     assert "called_on_device" not in diagnose.read(MISMATCH, rebuilt).code
 
 
+def test_a_module_the_code_builds_and_runs_is_moved_whatever_its_name() -> None:
+    """`enc = TabNetEncoder(...)`, `enc = enc.to(device)`, `enc(x)` on a moved input: the name says no model, but the
+    code builds it from a class and runs it, so its move is a model's (as `model_moved` reads it). With the weights'
+    side on the CPU, the tensor left behind is inside the model: a layer out of `.to`'s reach or a plain attribute,
+    and the question says so; no one of them is named alone, the code shows none of their cases."""
+    code = ("enc = TabNetEncoder(input_dim=4)\nx = torch.randn(2, 4)\nenc = enc.to(device)\nx = x.to(device)\n"
+            "out = enc(x)\n")
+    mat2 = "RuntimeError: Tensor for argument #2 'mat2' is on CPU, but expected it to be on GPU (while checking " \
+           "arguments for mm)"
+    result = diagnose.diagnose(mat2, code)
+    assert {"model_moved", "called_on_device"} <= set(result.facts.code)
+    assert result.verdict == "ambiguous"
+    assert "a tensor kept as a plain attribute" in result.note
+    # a module's other methods are no move, whatever their argument: `model.train(True)`, `model.load_state_dict(sd)`
+    for call in ("model.train(True)", "model.load_state_dict(sd)"):
+        unmoved = f"model = Net()\n{call}\nx = x.to(device)\nout = model(x)\n"
+        assert "called_on_device" not in diagnose.read(MISMATCH, unmoved).code, call
+
+
+def test_an_exported_module_moved_and_run_on_the_device_is_the_traced_constant_s_case() -> None:
+    """A module exported on the CPU, moved with `.to` and run on device inputs: the constants its trace recorded
+    stay on the CPU. The moved run speaks for it as it does for a tensor made in forward."""
+    code = ("exported = torch.export.export(Net(), (torch.randn(2, 9),))\na = exported.module()\n"
+            "b = a.to(torch.device('cuda:0'))\nb.forward(torch.randn(2, 9, device=torch.device('cuda:0')))\n")
+    rnn = "RuntimeError: Input and hidden tensors are not at the same device, found input tensor at cuda:0 and " \
+          "hidden tensor at cpu"
+    result = diagnose.diagnose(rnn, code)
+    assert "called_on_device" in result.facts.code
+    assert [m.slug for m in result.matches][:2] == ["traced_device_constant", "factory_in_forward"]
+
+
 @pytest.mark.parametrize("code", [
     "model = Net().cuda()\nfor x, y in loader:\n    out = model(x.cuda())\n    loss = criterion(out, y)\n",
     "model = Net().cuda()\nout = model(x.cuda(), mask=mask)\n",
