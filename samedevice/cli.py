@@ -359,7 +359,8 @@ def _parser() -> _Parser:
     p_copy.add_argument("--force", action="store_true", help="overwrite an existing file")
     p_diag = sub.add_parser("diagnose", help="read a pasted device error (and code) and name the scenarios that fit")
     p_diag.add_argument("text", nargs="*", help="the error message or traceback (default: --file, or stdin)")
-    p_diag.add_argument("--file", metavar="FILE", help="read the error from FILE ('-': stdin)")
+    p_diag.add_argument("--file", metavar="FILE", help="read the error from FILE ('-': stdin); a notebook (.ipynb) "
+                        "gives its errors and the code of its cells")
     p_diag.add_argument("--code", metavar="FILE", help="the script that failed, or the code pasted with the error")
     p_diag.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     p_docs = sub.add_parser("docs", help="rewrite the generated parts of docs/<slug>.md (captured errors, diffs)")

@@ -26,6 +26,7 @@ import ast
 import bisect
 import dataclasses
 import functools
+import html
 import json
 import re
 import textwrap
@@ -89,7 +90,9 @@ TEMPLATES = (
     _t("generator", "generator",
        r"Expected a '(?P<a>[\w:]+)' (?:device type for )?generator(?: device)? but found '(?P<b>[\w:]+)'",
        "a random op's generator is on another device than the tensor it fills"),
-    _t("meta", "meta", r"Tensor on device meta is not on the expected device (?P<a>" + DEVICE + ")",
+    # either way round: the op's first tensor sets the expected device (torch/_prims_common, check_same_device)
+    _t("meta", "meta", r"Tensor on device (?:meta is not on the expected device (?P<a>" + DEVICE + ")|(?P<b>"
+       + DEVICE + ") is not on the expected device meta\\b)",
        "a meta tensor (no data) met a real one: weights never materialized"),
     # a meta tensor copied to a real device: `module.to(device)` of a model built on meta, or a tensor made on a
     # device read from meta (offloaded) weights (aten/src/ATen/native/Copy.cpp, copy_impl)
@@ -886,16 +889,77 @@ def _tokenizer_outputs_moved(code: str) -> bool:
     return bool(set(bound) & set(re.findall(r"\b(\w+)\.(?:to|cuda)\(", code)))
 
 
+# a terminal's escape sequences: colours and styles (CSI: `ESC[1;31m`), links (OSC 8: `ESC]8;;file://...ESC\`)
+ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# the same colours with their ESC lost in a copy (`[0;31mRuntimeError[0m: ...`, as issues show notebooks' errors)
+BARE_COLOURS = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+HTML_ENTITIES = re.compile(r"&(?:quot|apos|lt|gt|amp|#0?39|#x27|#34|#x22);")
+
+
 @functools.lru_cache(maxsize=4)  # diagnose() and read() clean the same paste: a log of megabytes is cleaned once
 def _clean(text: str) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
-    surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, and a quoted
-    block's markers and Markdown's fences are dropped."""
+    surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, a terminal's
+    colours and a web page's escapes (`&quot;`) are dropped, a quoted block's markers and Markdown's fences too,
+    and a traceback drawn in a box (rich's) is written as Python prints one."""
     text = text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
+    text = ESCAPES.sub("", text)
+    if re.search(r"\[0?m", text) and len(BARE_COLOURS.findall(text)) > 1:  # a reset among them: colours, no index
+        text = BARE_COLOURS.sub("", text)
+    if HTML_ENTITIES.search(text):
+        text = html.unescape(text)
     # a block quoted as a forum or an issue quotes it (`> Traceback ...`, `> > ...`), not Python's prompt `>>>`
     text = re.sub(r"(?m)^(?:[ \t]*>(?!>>)[ \t]?)+", "", text)
     text = re.sub(r"(?m)^[ \t]*(?:```|~~~)[\w+-]*[ \t]*(?:\n|$)", "", text)  # Markdown's fences around a block
+    if "\u2502" in text and "\u256d" in text:  # a box's side and its corner
+        text = _unboxed(text)
     return _frames_joined(text)
+
+
+BOX_LINE = re.compile(r"[ \t]*\u2502 ?(?P<inner>.*?)[ \t]*\u2502[ \t]*$")  # `│ inner │`
+CODE_LINE = re.compile(r"(?P<at>\u2771)?[ \t]*\d+(?: (?P<code>.*))?$")  # `   9 opt.step()`, `❱ 12 opt.step()`
+# (joined as folded: a path cut anywhere, a wrap at a space loses the space: `x.py:80 in` + `_use_grad`)
+RICH_FRAME = re.compile(r"(?P<path>.+?\.py):(?P<line>\d+)\s*in\s*(?P<func>\S+)$")
+
+
+def _unboxed(text: str) -> str:
+    """A traceback as rich draws it (`rich.traceback.install()`, typer's and other tools' errors): each frame a
+    header `path.py:12 in func` (folded over lines where the box is narrow), the lines around the one that ran, that
+    one marked `❱`, and a panel of locals, all in a box. Written as Python prints it: `File "path.py", line 12, in
+    func` and the line that ran; the lines around it and the locals are left out (they ran no op)."""
+    out: list[str] = []
+    header: list[str] = []
+    in_locals = False
+
+    def flush() -> None:
+        if header:
+            frame = RICH_FRAME.match("".join(header))
+            if frame:
+                out.append(f'  File "{frame["path"]}", line {frame["line"]}, in {frame["func"]}')
+            header.clear()
+
+    for line in text.splitlines():
+        box = BOX_LINE.match(line)
+        if box is None:
+            flush()
+            if re.match(r"[ \t]*\u256d\u2500.*Traceback", line):
+                out.append("Traceback (most recent call last):")
+            elif not re.match(r"[ \t]*[\u256d\u2570]\u2500", line):  # not a box's top or bottom
+                out.append(line)
+            continue
+        inner = box["inner"]
+        if in_locals or re.match(r"\u256d\u2500.*locals", inner):
+            in_locals = not inner.startswith("\u2570")  # the panel ends at its bottom corner
+            continue
+        code = CODE_LINE.match(inner)
+        if not inner or code:
+            flush()
+            if code and code["at"]:  # the line that ran, without rich's indent guides
+                out.append("    " + re.sub(r"^(?:\u2502[ \t]{0,3})+", "", (code["code"] or "").strip()))
+            continue
+        header.append(inner)
+    flush()
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def _frames_joined(text: str) -> str:
@@ -1659,7 +1723,57 @@ class Diagnosis:
                 "scenarios": [dataclasses.asdict(m) for m in self.matches]}
 
 
+def _notebook(text: str) -> tuple[str, str] | None:
+    """A Jupyter notebook (its .ipynb JSON, or an output of it, as a file or pasted): the tracebacks of its error
+    outputs as the paste, and its code cells as the code, in the order they ran (their execution counts). None when
+    the text is no notebook. A cell not run (no count, in a notebook whose other cells show theirs) is left out."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    errors: list[str] = []
+    cells: list[tuple[int | None, str]] = []
+
+    def lines(value: object) -> str:  # nbformat keeps a multi-line string as a list of lines, or as one string
+        return "".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
+
+    def walk(node: object) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            if node.get("output_type") in ("error", "pyerr"):  # nbformat 4's, and 3's
+                shown = node.get("traceback")
+                errors.append("\n".join(shown) if isinstance(shown, list) and shown
+                              else f"{node.get('ename', 'Error')}: {node.get('evalue', '')}")
+            if node.get("cell_type") == "code":  # nbformat 4 keeps it in source, 3 in input
+                count = node.get("execution_count", node.get("prompt_number"))
+                cells.append((count if isinstance(count, int) else None, lines(node.get("source", node.get("input")))))
+            for value in node.values():
+                if isinstance(value, (list, dict)):
+                    walk(value)
+
+    walk(data)
+    if not errors and not cells:
+        return None
+    ran = sorted((count, source) for count, source in cells if count is not None)  # a cell never run ran nothing
+    return "\n\n".join(errors), "\n\n".join(source for _, source in ran or cells)  # (unless none shows a count)
+
+
+@functools.lru_cache(maxsize=4)
+def _inputs(text: str, code: str) -> tuple[str, str]:
+    """The paste and the code as read: a notebook given as either is its errors and its code cells."""
+    if (book := _notebook(text)) is not None:
+        text, code = book[0], "\n\n".join(part for part in (book[1], code) if part)
+    if (book := _notebook(code)) is not None:
+        code = book[1]
+    return text, code
+
+
 def read(text: str, code: str = "") -> Facts:
+    text, code = _inputs(text, code)
     text = _clean(text)
     template, groups, message = read_message(text)
     if template is not None and template.name == "named_pair":  # the argument is the tensor on the CPU
@@ -2101,7 +2215,7 @@ def _calls(text: str, facts: Facts) -> tuple[str, ...]:
 
 def diagnose(text: str, code: str = "") -> Diagnosis:
     facts = read(text, code)
-    text = _clean(text)  # as read() cleaned it
+    text = _clean(_inputs(text, code)[0])  # as read() cleaned it
     # a message that names two devices and dtypes, and the devices are one: the dtypes differ
     one_device = facts.template in ("expected_device", "output_desired") and len(facts.devices) == 1
     if facts.template == "legacy_backend" and len(facts.devices) < 2 \

@@ -5,7 +5,9 @@ buffers, plain attributes and layers stranded in plain lists and dicts, each ten
 
 from __future__ import annotations
 
+import html
 import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -209,9 +211,14 @@ def training_setups(draw: st.DrawFn, *, devices: Sequence[str]) -> tuple[torch.d
 
 @st.composite
 def pasted(draw: st.DrawFn, text: str) -> str:
-    """`text` as a person may paste it: each frame line wrapped at one or two of its spaces (a narrow terminal, an
-    e-mail), maybe the whole quoted (`> `, as a forum or an issue quotes it), maybe inside Markdown's fences,
-    maybe with Windows' line ends."""
+    """`text` as a person may paste it: maybe in a terminal's colours (as Python 3.13 colours a traceback: each
+    frame's file, line and function, and the error's name), each frame line wrapped at one or two of its spaces (a
+    narrow terminal, an e-mail), maybe the whole quoted (`> `, as a forum or an issue quotes it), maybe inside
+    Markdown's fences, maybe with Windows' line ends, maybe escaped as a web page's source escapes it (`&quot;`)."""
+    if draw(st.booleans()):
+        text = re.sub(r'(File ")([^"\n]+)(", line )(\d+)(, in )(\S+)', "\\1\x1b[35m\\2\x1b[0m\\3\x1b[35m\\4\x1b[0m\\5"
+                      "\x1b[35m\\6\x1b[0m", text)
+        text = re.sub(r"(?m)^(\w+(?:Error|Exception))(?=:)", "\x1b[1;35m\\1\x1b[0m", text)
     lines = []
     for line in text.split("\n"):
         spaces = [i for i, c in enumerate(line) if c == " " and line[:i].strip()]
@@ -226,4 +233,5 @@ def pasted(draw: st.DrawFn, text: str) -> str:
     if draw(st.booleans()):
         fence = draw(st.sampled_from(["```", "~~~"]))
         lines = [fence + draw(st.sampled_from(["", "python", "text"])), *lines, fence]
-    return draw(st.sampled_from(["\n", "\r\n"])).join(lines)
+    text = draw(st.sampled_from(["\n", "\r\n"])).join(lines)
+    return html.escape(text) if draw(st.booleans()) else text

@@ -3,6 +3,7 @@ gives, its command line, and its accuracy on the real reports in tests/data (the
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -1926,6 +1927,137 @@ def test_ipython_frames_are_read() -> None:
     assert "user_forward" not in facts.frames
     facts = diagnose.read(IPYTHON_8)
     assert "user_forward" in facts.frames
+
+
+# rich's traceback (`rich.traceback.install(show_locals=True)`) of an SGD step after `model.to(device)`, as a
+# 64-column terminal drew it: a frame header folded mid-path, the lines around the one that ran, panels of locals
+RICH = """\
+╭───────────── Traceback (most recent call last) ──────────────╮
+│ /home/user/project/train.py:12 in <module>                   │
+│                                                              │
+│   10 model.to(dev)                                           │
+│   11 model(torch.randn(3, 4, device=dev)).sum().backward()   │
+│ ❱ 12 opt.step()                                              │
+│   13                                                         │
+│                                                              │
+│ ╭───────────────────────── locals ─────────────────────────╮ │
+│ │      dev = device(type='emulated', index=0)              │ │
+│ │    model = Linear(in_features=4, out_features=2, bias=True)│ │
+│ ╰──────────────────────────────────────────────────────────╯ │
+│                                                              │
+│ /home/user/.venv/lib/python3.11/site-packages/torch/optim/sg │
+│ d.py:364 in _single_tensor_sgd                               │
+│                                                              │
+│   363 │   │   │   else:                                      │
+│ ❱ 364 │   │   │   │   buf.mul_(momentum).add_(grad, alpha=1  │
+│   365 │   │   │                                              │
+│                                                              │
+│ ╭───────────────────────── locals ─────────────────────────╮ │
+│ │                  buf = tensor([[-1.7078,  1.4048,        │ │
+│ │                        │   │   [-1.7078,  1.4048]])      │ │
+│ │               params = [Parameter containing:            │ │
+│ │                        device='emulated:0',              │ │
+│ ╰──────────────────────────────────────────────────────────╯ │
+╰──────────────────────────────────────────────────────────────╯
+RuntimeError: Expected all tensors to be on the same device, but
+found at least two devices, emulated:0 and cpu!"""
+
+
+def test_a_traceback_drawn_in_a_box_reads_as_python_prints_it() -> None:
+    """rich's boxed traceback (typer's, a tool's `rich.traceback.install()`) is read as Python's: each header a frame
+    (a path folded over two lines, or wrapped at the space before `in`), the line marked ❱ the line that ran, the
+    lines around it and the panels of locals left out; so the step of SGD is where it raised."""
+    plain = diagnose.read(RICH)
+    assert plain.site == "optimizer_step"
+    assert plain.frames[:2] == ("optimizer_step", "sgd_step")
+    assert diagnose.raising_line(diagnose._clean(RICH)) == "buf.mul_(momentum).add_(grad, alpha=1"
+    assert "Traceback (most recent call last):" in diagnose._clean(RICH)
+    assert "emulated', index=0" not in diagnose._clean(RICH)  # no local is read as a line that ran
+    wrapped = RICH.replace("│ d.py:364 in _single_tensor_sgd                               │",
+                           "│ d.py:364 in                                                  │\n"
+                           "│ _single_tensor_sgd                                           │")
+    assert diagnose.read(wrapped).site == "optimizer_step"
+    assert diagnose.diagnose(RICH).note == diagnose.diagnose(PLAIN_SGD).note
+
+
+PLAIN_SGD = """Traceback (most recent call last):
+  File "/home/user/project/train.py", line 12, in <module>
+    opt.step()
+  File "/home/user/.venv/lib/python3.11/site-packages/torch/optim/sgd.py", line 364, in _single_tensor_sgd
+    buf.mul_(momentum).add_(grad, alpha=1
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, emulated:0 and cpu!"""
+
+
+def test_a_terminal_s_colours_and_a_web_page_s_escapes_are_read_through() -> None:
+    """Colours as a terminal sends them (`ESC[35m`, a link's OSC 8), as a copy leaves them when it loses ESC
+    (`[0;31mRuntimeError[0m`), and a web page's escapes (`&quot;`) read as the plain traceback."""
+    plain = _reading(diagnose.diagnose(PLAIN_SGD))
+    coloured = PLAIN_SGD.replace('File "', 'File "\x1b[35m').replace('", line', '\x1b[0m", line') \
+        .replace("RuntimeError", "\x1b[1;35mRuntimeError\x1b[0m").replace("<module>", "\x1b]8;;file:///x\x1b\\<module>")
+    assert _reading(diagnose.diagnose(coloured)) == plain
+    lost = PLAIN_SGD.replace("RuntimeError", "[0;31mRuntimeError[0m").replace("opt.step()", "[1;32mopt.step()[0m")
+    assert _reading(diagnose.diagnose(lost)) == plain
+    assert _reading(diagnose.diagnose(html.escape(PLAIN_SGD))) == plain
+    # brackets that are no colours are kept: an index `[0]`, a list of one
+    assert "[0]" in diagnose._clean("x = y[0]\nz = [1]")
+
+
+# a notebook as Jupyter saves it (nbformat 4): cells, and an error output whose traceback IPython 9 coloured
+NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+    {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [], "source": [
+        "class Net(nn.Module):\n", "    def __init__(self):\n", "        super().__init__()\n",
+        "        self.fc = nn.Linear(4, 2)\n", "\n", "    def forward(self, x):\n", "        mask = torch.ones(2)\n",
+        "        return self.fc(x) * mask\n", "\n", "model = Net().to(device)"]},
+    {"cell_type": "markdown", "metadata": {}, "source": ["Run it on the device:"]},
+    {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],  # never run: it ran nothing
+     "source": "model.load_state_dict(torch.load('last.pt'))"},
+    {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
+     "source": "import torch\nfrom torch import nn\ndevice = torch.device('cuda')"},
+    {"cell_type": "code", "execution_count": 3, "metadata": {}, "source": [
+        "!nvidia-smi\n", "out = model(torch.randn(3, 4, device=device))"], "outputs": [
+        {"output_type": "error", "ename": "RuntimeError", "evalue": "Expected all tensors to be on the same device, "
+         "but found at least two devices, cuda:0 and cpu!", "traceback": [
+             "\x1b[31m---------------------------------------------------------------------------\x1b[39m",
+             "\x1b[31mRuntimeError\x1b[39m                              Traceback (most recent call last)",
+             "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[3]\x1b[39m\x1b[32m, line 2\x1b[39m\n\x1b[32m      1\x1b[39m "
+             "get_ipython().system(\x1b[33m'nvidia-smi'\x1b[39m)\n\x1b[32m----> \x1b[39m\x1b[32m2\x1b[39m out = "
+             "model(torch.randn(\x1b[32m3\x1b[39m, \x1b[32m4\x1b[39m, device=device))\n",
+             "\x1b[36mFile \x1b[39m\x1b[32m/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py:1789"
+             "\x1b[39m, in \x1b[36mModule._call_impl\x1b[39m\x1b[34m(self, *args, **kwargs)\x1b[39m\n\x1b[32m-> \x1b[39m"
+             "\x1b[32m1789\x1b[39m     \x1b[38;5;28;01mreturn\x1b[39;00m forward_call(*args, **kwargs)\n",
+             "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[2]\x1b[39m\x1b[32m, line 8\x1b[39m, in \x1b[36mNet.forward"
+             "\x1b[39m\x1b[34m(self, x)\x1b[39m\n\x1b[32m      7\x1b[39m         mask = torch.ones(\x1b[32m2\x1b[39m)\n"
+             "\x1b[32m----> \x1b[39m\x1b[32m8\x1b[39m         \x1b[38;5;28;01mreturn\x1b[39;00m self.fc(x) * mask\n",
+             "\x1b[31mRuntimeError\x1b[39m: Expected all tensors to be on the same device, but found at least two "
+             "devices, cuda:0 and cpu!"]}]}]}
+
+
+def test_a_notebook_is_read_as_its_errors_and_the_code_it_ran(tmp_path: Path) -> None:
+    """A notebook (its .ipynb file, or its JSON piped in) is read as the tracebacks of its error outputs and its
+    code cells in the order they ran: the factory in the cell's forward is found, and the moved model run on a
+    moved input; one output pasted alone, and nbformat 3's `pyerr`, read too."""
+    text = json.dumps(NOTEBOOK, indent=1)
+    result = diagnose.diagnose(text)
+    assert result.facts.message.endswith("cuda:0 and cpu!")
+    assert "user_forward" in result.facts.frames
+    assert {"factory_in_forward", "called_on_device"} <= set(result.facts.code)
+    assert "torch_load" in diagnose.read_code("model.load_state_dict(torch.load('last.pt'))")
+    assert "torch_load" not in result.facts.code
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "factory_in_forward")
+    assert diagnose._inputs(text, "")[1].startswith("import torch")  # the first cell run first
+    (tmp_path / "analysis.ipynb").write_text(text)
+    run = _run("--file", str(tmp_path / "analysis.ipynb"), "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["scenarios"][0]["slug"] == "factory_in_forward"
+    output = NOTEBOOK["cells"][4]["outputs"][0]  # type: ignore[index]
+    assert diagnose.read(json.dumps(output)).frames == result.facts.frames
+    old = {"nbformat": 3, "worksheets": [{"cells": [{"cell_type": "code", "input": "x = torch.zeros(2).cuda()",
+           "prompt_number": 1, "outputs": [{"output_type": "pyerr", "ename": "RuntimeError", "evalue": "x",
+                                            "traceback": [output["traceback"][-1]]}]}]}]}
+    assert diagnose.read(json.dumps(old)).template == "codegen"
+    # JSON that is no notebook is read as text; a notebook given as the code (`--code a.ipynb`) is its code cells
+    assert diagnose.read('{"error": "Expected all tensors to be on the same device"}').template is not None
+    assert diagnose._inputs("no JSON", text) == ("no JSON", diagnose._inputs(text, "")[1])
 
 
 def test_code_without_a_parse_falls_back_to_text() -> None:
