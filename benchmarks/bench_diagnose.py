@@ -133,7 +133,9 @@ def answer_time(rounds: int) -> dict[str, float]:
 HARD_PASTES = {"blank lines": "\n" * 200000, "indented blank lines": " \n" * 100000, "one word": "a" * 200000,
                "one word in brackets": "self.a[" + "x" * 200000, "open brackets": "(" * 200000,
                "error names": "RuntimeError: " * 15000, "dotted names": "x.y." * 50000 + "Error: a",
-               "rank prefixes": "[rank0]: \n" * 20000, "frames": 'File "' * 40000}
+               "rank prefixes": "[rank0]: \n" * 20000, "frames": 'File "' * 40000,
+               "a box's side and spaces": "\u256d\u2500 Traceback\n\u2502" + " " * 200000 + "x",
+               "colours": "\x1b[31m[0m" * 20000, "a notebook's brackets": "[" * 200000}
 TRACEBACK = ('Traceback (most recent call last):\n  File "train.py", line 120, in <module>\n'
              "    loss = criterion(model(x), y)\nRuntimeError: Expected all tensors to be on the same device, but "
              "found at least two devices, cuda:0 and cpu!\n")

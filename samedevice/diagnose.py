@@ -916,8 +916,7 @@ def _clean(text: str) -> str:
     return _frames_joined(text)
 
 
-BOX_LINE = re.compile(r"[ \t]*\u2502 ?(?P<inner>.*?)[ \t]*\u2502[ \t]*$")  # `│ inner │`
-CODE_LINE = re.compile(r"(?P<at>\u2771)?[ \t]*\d+(?: (?P<code>.*))?$")  # `   9 opt.step()`, `❱ 12 opt.step()`
+CODE_LINE = re.compile(r"(?P<at>\u2771)?[ \t]*\d+(?: (?P<code>.*))?$")  # `9 opt.step()`, `❱ 12 opt.step()`
 # (joined as folded: a path cut anywhere, a wrap at a space loses the space: `x.py:80 in` + `_use_grad`)
 RICH_FRAME = re.compile(r"(?P<path>.+?\.py):(?P<line>\d+)\s*in\s*(?P<func>\S+)$")
 
@@ -939,15 +938,15 @@ def _unboxed(text: str) -> str:
             header.clear()
 
     for line in text.splitlines():
-        box = BOX_LINE.match(line)
-        if box is None:
+        boxed = line.strip(" \t")  # `│ inner │` (a string's strip, not a regex's: no backtracking over spaces)
+        if len(boxed) < 2 or boxed[0] != "\u2502" or boxed[-1] != "\u2502":
             flush()
             if re.match(r"[ \t]*\u256d\u2500.*Traceback", line):
                 out.append("Traceback (most recent call last):")
             elif not re.match(r"[ \t]*[\u256d\u2570]\u2500", line):  # not a box's top or bottom
                 out.append(line)
             continue
-        inner = box["inner"]
+        inner = boxed[1:-1].strip(" \t")
         if in_locals or re.match(r"\u256d\u2500.*locals", inner):
             in_locals = not inner.startswith("\u2570")  # the panel ends at its bottom corner
             continue
@@ -1731,7 +1730,7 @@ def _notebook(text: str) -> tuple[str, str] | None:
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # no JSON, or brackets nested deeper than a notebook's
         return None
     errors: list[str] = []
     cells: list[tuple[int | None, str]] = []
@@ -1755,7 +1754,10 @@ def _notebook(text: str) -> tuple[str, str] | None:
                 if isinstance(value, (list, dict)):
                     walk(value)
 
-    walk(data)
+    try:
+        walk(data)
+    except RecursionError:
+        return None
     if not errors and not cells:
         return None
     ran = sorted((count, source) for count, source in cells if count is not None)  # a cell never run ran nothing

@@ -2055,6 +2055,8 @@ def test_a_notebook_is_read_as_its_errors_and_the_code_it_ran(tmp_path: Path) ->
            "prompt_number": 1, "outputs": [{"output_type": "pyerr", "ename": "RuntimeError", "evalue": "x",
                                             "traceback": [output["traceback"][-1]]}]}]}]}
     assert diagnose.read(json.dumps(old)).template == "codegen"
+    # brackets nested deeper than JSON's reader goes are no notebook, nor a crash
+    assert diagnose.diagnose("[" * 100000).verdict == "unknown"
     # JSON that is no notebook is read as text; a notebook given as the code (`--code a.ipynb`) is its code cells
     assert diagnose.read('{"error": "Expected all tensors to be on the same device"}').template is not None
     assert diagnose._inputs("no JSON", text) == ("no JSON", diagnose._inputs(text, "")[1])
