@@ -538,7 +538,8 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
     for template in TEMPLATES:
         match = template.pattern.search(flat)
         if match:
-            end = flat.find(" File ", match.end())
+            end = min((i for i in (flat.find(" File ", match.end()), flat.find(" =====", match.end())) if i > 0),
+                      default=-1)  # the next frame, or pytest's next part (its summary)
             return template, match.groupdict(), flat[match.start(): end if end > 0 else match.end() + 200].strip()
     return None, {}, ""
 
@@ -1764,13 +1765,78 @@ def _notebook(text: str) -> tuple[str, str] | None:
     return "\n\n".join(errors), "\n\n".join(source for _, source in ran or cells)  # (unless none shows a count)
 
 
+# pytest's report of a failure: each entry's place (`path.py:12: in f` after its line, short; `path.py:12: ` or
+# `path.py:12: RuntimeError` after the function's source, long; `path.py:12: RuntimeError: message`, --tb=line)
+PYTEST_PLACE = re.compile(r"(?P<path>(?:[A-Za-z]:)?[^\s:>][^:\n]*?\.py):(?P<line>\d+): ?(?:in (?P<func>[\w<>.]+)"
+                          r"|(?P<error>(?:\w+\.)*\w+(?:Error|Exception|Exit|Interrupt)\w*)(?:: (?P<message>.*))?)?"
+                          r"[ \t]*$")
+PYTEST_ERROR = re.compile(r"E(?: {3,}|\t)(?P<line>.*)$")  # `E       RuntimeError: ...`, each line of the message
+PYTEST_BREAK = re.compile(r"(?:_ ){5,}_?[ \t]*$|_{5,} \S.* _{5,}$|={5,}(?: .* =+)?$")  # between entries, tests, parts
+PYTEST_RAN = re.compile(r">(?: {3,}|\t)(?P<code>.*)$")  # the line of an entry's source that ran
+DEFINES = re.compile(r"\s*(?:async )?def (?P<name>\w+)\(")
+
+
+def _pytest_report(text: str) -> tuple[str, str] | None:
+    """A failure as pytest reports it (`--tb=auto`, its default, `long`, `short`, `line`), written as Python prints a
+    traceback: each entry a frame (a long entry's function read from the source it shows, its line the one marked
+    `>`), the message from its `E` lines, before the summary that cuts it short. And the source pytest shows of the
+    user's own functions (not a library's): the code around the error. None when the text is no such report."""
+    lines = text.splitlines()
+    if not any(PYTEST_ERROR.match(line) or PYTEST_BREAK.match(line) for line in lines) \
+            or not any(PYTEST_PLACE.match(line) for line in lines):
+        return None
+    out: list[str] = []
+    source: list[str] = []  # a long entry's lines, up to its place
+    errors: list[str] = []  # its E lines, written after its frame
+    code: list[str] = []
+    short = False  # after a short entry's place, its lines (the one that ran, carets) follow as they are
+    for line in lines:
+        if re.match(r"={5,} short test summary info", line) and (errors or out):
+            break  # the summary repeats the message cut short
+        place = PYTEST_PLACE.match(line)
+        if place and place["func"]:  # short: the line that ran follows
+            out += errors
+            errors.clear()
+            out.append(f'  File "{place["path"]}", line {place["line"]}, in {place["func"].split(".")[-1]}')
+            source, short = [], True
+        elif place:  # long (or a line's): the function is the last one its source defines
+            defined = [m["name"] for m in map(DEFINES.match, source) if m]
+            ran = [m["code"] for m in map(PYTEST_RAN.match, source) if m]
+            out.append(f'  File "{place["path"]}", line {place["line"]}, in {(defined or ["<module>"])[-1]}')
+            out += ["    " + ran[-1].strip()] if ran else []
+            out += errors or ([f"{place['error']}: {place['message']}"] if place["message"] else [])
+            if not LIBRARY.search(place["path"]):  # the user's source, pytest's indent and markers taken off
+                # (from its function's first line: the arguments' values pytest shows above it are no code)
+                start = next((i for i, s in enumerate(source) if re.match(r" {4}(?:@|(?:async )?def )", s)), 0)
+                shown = [re.sub(r"^>", " ", s) for s in source[start:]
+                         if not (PYTEST_ERROR.match(s) or re.fullmatch(r"\s*[~^]+\s*", s))]  # no E lines, carets
+                code.append(textwrap.dedent("\n".join(shown)))
+            source, errors, short = [], [], False
+        elif PYTEST_ERROR.match(line):
+            errors.append(PYTEST_ERROR.match(line)["line"])  # type: ignore[index]
+            if short:
+                out += errors
+                errors.clear()
+        elif PYTEST_BREAK.match(line):
+            source, short = [], False
+        elif short:
+            out.append(line)
+        else:
+            source.append(line)
+    out += errors
+    return "Traceback (most recent call last):\n" + "\n".join(out), "\n\n".join(part for part in code if part.strip())
+
+
 @functools.lru_cache(maxsize=4)
 def _inputs(text: str, code: str) -> tuple[str, str]:
-    """The paste and the code as read: a notebook given as either is its errors and its code cells."""
+    """The paste and the code as read: a notebook given as either is its errors and its code cells; pytest's report
+    of a failure is its traceback and the source it shows of the user's functions."""
     if (book := _notebook(text)) is not None:
         text, code = book[0], "\n\n".join(part for part in (book[1], code) if part)
     if (book := _notebook(code)) is not None:
         code = book[1]
+    if (report := _pytest_report(ESCAPES.sub("", text))) is not None:  # (`--color=yes`: read through its colours)
+        text, code = report[0], "\n\n".join(part for part in (code, report[1]) if part)
     return text, code
 
 

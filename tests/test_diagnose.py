@@ -2062,6 +2062,73 @@ def test_a_notebook_is_read_as_its_errors_and_the_code_it_ran(tmp_path: Path) ->
     assert diagnose._inputs("no JSON", text) == ("no JSON", diagnose._inputs(text, "")[1])
 
 
+# pytest's report of a test that fails in a model's forward (its default --tb=auto: the first and last entries long,
+# with their function's source; the others short), without the space pytest prints after a place and a separator
+PYTEST_REPORT = """\
+=================================== FAILURES ===================================
+_________________________________ test_forward _________________________________
+
+    def test_forward():
+        dev = torch.device("cuda")
+        model = Net().to(dev)
+>       model(torch.randn(3, 4, device=dev))
+
+test_f.py:19:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+/home/user/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1778: in _wrapped_call_impl
+    return self._call_impl(*args, **kwargs)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+/home/user/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1789: in _call_impl
+    return forward_call(*args, **kwargs)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+self = Net(
+  (fc): Linear(in_features=4, out_features=2, bias=True)
+)
+x = tensor([[ 0.9773,  1.1569, -0.3807,  1.2525]], device='cuda:0')
+
+    def forward(self, x):
+        mask = torch.ones(2)
+>       return self.fc(x) * mask
+               ^^^^^^^^^^^^^^^^^
+E       RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!
+
+test_f.py:13: RuntimeError
+=========================== short test summary info ============================
+FAILED test_f.py::test_forward - RuntimeError: Expected all tensors to be on ...
+1 failed in 2.21s"""
+
+
+def test_a_pytest_report_reads_as_its_traceback_and_the_source_it_shows() -> None:
+    """pytest's report of a failure (a regression suite's log) reads as Python's traceback: the long entries' frames
+    (their function read from the source shown), the message from its E lines and not from the summary that cuts it
+    short, and the source shown of the test's own functions as the code: a factory in forward, the moved model run
+    on a moved input. Its short form and `--color=yes` read alike; a library's source shown is no code of the user's."""
+    result = diagnose.diagnose(PYTEST_REPORT)
+    as_printed = re.sub(r"(?m)(\.py:\d+:|_ _)$", r"\1 ", PYTEST_REPORT)
+    assert _reading(diagnose.diagnose(as_printed)) == _reading(result)
+    assert result.facts.message.endswith("cuda:0 and cpu!")
+    assert "user_forward" in result.facts.frames
+    assert {"factory_in_forward", "called_on_device"} <= set(result.facts.code)
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "factory_in_forward")
+    assert diagnose.raising_line(diagnose._inputs(PYTEST_REPORT, "")[0]) == "return self.fc(x) * mask"
+    short = ("test_f.py:19: in test_forward\n    model(torch.randn(3, 4, device=dev))\ntest_f.py:13: in forward\n"
+             "    return self.fc(x) * mask\n           ^^^^^^^^^^^^^^^^^\nE   RuntimeError: Expected all tensors to be "
+             "on the same device, but found at least two devices, cuda:0 and cpu!\n" + PYTEST_REPORT.split("\n")[-3])
+    assert diagnose.read(short).frames == result.facts.frames
+    coloured = PYTEST_REPORT.replace("E       Runtime", "\x1b[1m\x1b[31mE       Runtime").replace(
+        "test_f.py:13: RuntimeError", "\x1b[1m\x1b[31mtest_f.py\x1b[0m:13: RuntimeError")
+    assert _reading(diagnose.diagnose(coloured)) == _reading(result)
+    library = PYTEST_REPORT.replace("test_f.py:13:", "/home/user/.venv/lib/python3.11/site-packages/net/m.py:13:")
+    assert "factory_in_forward" not in diagnose.read(library).code
+    # one line a failure (--tb=line): its place and its message
+    line = "/home/user/.venv/lib/python3.11/site-packages/torch/optim/sgd.py:364: RuntimeError: Expected all " \
+           "tensors to be on the same device, but found at least two devices, cuda:0 and cpu!\n" \
+           "=========================== short test summary info ============================"
+    assert diagnose.read(line).site == "optimizer_step"
+
+
 def test_code_without_a_parse_falls_back_to_text() -> None:
     """A fragment that does not parse still shows its signals (a factory without device= in forward)."""
     fragment = "    def forward(self, x):\n        mask = torch.arange(x.shape[1])\n        return x * mask\n  )"
