@@ -135,6 +135,8 @@ HARD_PASTES = {"blank lines": "\n" * 200000, "indented blank lines": " \n" * 100
                "error names": "RuntimeError: " * 15000, "dotted names": "x.y." * 50000 + "Error: a",
                "rank prefixes": "[rank0]: \n" * 20000, "frames": 'File "' * 40000,
                "a box's side and spaces": "\u256d\u2500 Traceback\n\u2502" + " " * 200000 + "x",
+               "a box's long header": "\u256d\n\u2502" + "a.py:1in" * 25000 + " x\u2502",
+               "pytest's places": "a.py:1: in f\n" * 15000 + "E   x",
                "colours": "\x1b[31m[0m" * 20000, "a notebook's brackets": "[" * 200000}
 TRACEBACK = ('Traceback (most recent call last):\n  File "train.py", line 120, in <module>\n'
              "    loss = criterion(model(x), y)\nRuntimeError: Expected all tensors to be on the same device, but "

@@ -26,7 +26,6 @@ import ast
 import bisect
 import dataclasses
 import functools
-import html
 import json
 import re
 import textwrap
@@ -843,7 +842,7 @@ RUNS_A_MODEL = r"(?i)(?<![\w.])(?:self\.)?\w*(?:model|net|encoder|decoder|classi
 def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
-    code = _clean(code)
+    code = _clean(code, paste=False)
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
     try:  # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
         with warnings.catch_warnings():
@@ -893,33 +892,51 @@ def _tokenizer_outputs_moved(code: str) -> bool:
 # a terminal's escape sequences: colours and styles (CSI: `ESC[1;31m`), links (OSC 8: `ESC]8;;file://...ESC\`)
 ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 # the same colours with their ESC lost in a copy (`[0;31mRuntimeError[0m: ...`, as issues show notebooks' errors)
-BARE_COLOURS = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
-HTML_ENTITIES = re.compile(r"&(?:quot|apos|lt|gt|amp|#0?39|#x27|#34|#x22);")
+BARE_COLOURS = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
+# a web page's escapes of what a traceback holds (quotes, brackets of `<module>`, `&`), by name or number
+ENTITIES = {"&quot;": '"', "&apos;": "'", "&lt;": "<", "&gt;": ">", "&amp;": "&", "&#39;": "'", "&#039;": "'",
+            "&#x27;": "'", "&#34;": '"', "&#x22;": '"'}
+HTML_ENTITIES = re.compile("|".join(ENTITIES))
 
 
 @functools.lru_cache(maxsize=4)  # diagnose() and read() clean the same paste: a log of megabytes is cleaned once
-def _clean(text: str) -> str:
+def _clean(text: str, paste: bool = True) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
-    surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, a terminal's
-    colours and a web page's escapes (`&quot;`) are dropped, a quoted block's markers and Markdown's fences too,
-    and a traceback drawn in a box (rich's) is written as Python prints one."""
+    surrogateescape) becomes '?', typographic quotes (a forum's, a word processor's) plain ones, and a quoted
+    block's markers and Markdown's fences are dropped. A paste (not code, whose `"&quot;"` or `x[0m]` is its own)
+    loses a terminal's colours and a web page's escapes (`&quot;`), and a traceback drawn in a box (rich's) is
+    written as Python prints one."""
     text = text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
-    text = ESCAPES.sub("", text)
-    if re.search(r"\[0?m", text) and len(BARE_COLOURS.findall(text)) > 1:  # a reset among them: colours, no index
-        text = BARE_COLOURS.sub("", text)
-    if HTML_ENTITIES.search(text):
-        text = html.unescape(text)
+    if paste:
+        text = ESCAPES.sub("", text)
+        # (a reset among them: of all, `[0m`, or of the colours, `[39m`, `[49m`, as IPython 9 writes it)
+        if re.search(r"\[(?:0|39|49)(?:;\d{1,3})*m", text) and len(BARE_COLOURS.findall(text)) > 1:
+            text = BARE_COLOURS.sub("", text)
+        text = HTML_ENTITIES.sub(lambda m: ENTITIES[m.group(0)], text)
     # a block quoted as a forum or an issue quotes it (`> Traceback ...`, `> > ...`), not Python's prompt `>>>`
     text = re.sub(r"(?m)^(?:[ \t]*>(?!>>)[ \t]?)+", "", text)
     text = re.sub(r"(?m)^[ \t]*(?:```|~~~)[\w+-]*[ \t]*(?:\n|$)", "", text)  # Markdown's fences around a block
-    if "\u2502" in text and "\u256d" in text:  # a box's side and its corner
+    if paste and "\u2502" in text and ("\u256d" in text or "\u2771" in text):  # a box's side, its corner or ❱
         text = _unboxed(text)
     return _frames_joined(text)
 
 
 CODE_LINE = re.compile(r"(?P<at>\u2771)?[ \t]*\d+(?: (?P<code>.*))?$")  # `9 opt.step()`, `❱ 12 opt.step()`
-# (joined as folded: a path cut anywhere, a wrap at a space loses the space: `x.py:80 in` + `_use_grad`)
-RICH_FRAME = re.compile(r"(?P<path>.+?\.py):(?P<line>\d+)\s*in\s*(?P<func>\S+)$")
+
+
+def _rich_frame(header: str) -> str | None:
+    """A frame's header as rich writes it, joined as it was folded (a path cut anywhere; a wrap at a space loses the
+    space: `x.py:80 in` + `_use_grad`): `path.py:12 in func` as Python's frame line; or `in func:8`, rich's header
+    for code with no file (a notebook's cell, `python -c`), as a cell's. Read by partition, not a pattern that could
+    retry from each `.py:` of a long one."""
+    path, dot_py, rest = header.rpartition(".py:")
+    frame = re.fullmatch(r"(?P<line>\d+)\s*in\s*(?P<func>\S+)", rest) if dot_py else None
+    if frame:
+        return f'  File "{path}.py", line {frame["line"]}, in {frame["func"]}'
+    name, colon, line = header.rpartition(":")
+    if colon and line.isdigit() and re.fullmatch(r"in\s*[\w<>.]+", name):
+        return f"Cell In[1], line {line}, in {name[2:].strip()}"
+    return None
 
 
 def _unboxed(text: str) -> str:
@@ -933,9 +950,8 @@ def _unboxed(text: str) -> str:
 
     def flush() -> None:
         if header:
-            frame = RICH_FRAME.match("".join(header))
-            if frame:
-                out.append(f'  File "{frame["path"]}", line {frame["line"]}, in {frame["func"]}')
+            frame = _rich_frame("".join(header)) if sum(map(len, header)) < 2000 else None  # a header, not a log
+            out.extend([frame] if frame else [])
             header.clear()
 
     for line in text.splitlines():
@@ -951,7 +967,7 @@ def _unboxed(text: str) -> str:
         if in_locals or re.match(r"\u256d\u2500.*locals", inner):
             in_locals = not inner.startswith("\u2570")  # the panel ends at its bottom corner
             continue
-        code = CODE_LINE.match(inner)
+        code = None if header else CODE_LINE.match(inner)  # (a header folded before its line number goes on)
         if not inner or code:
             flush()
             if code and code["at"]:  # the line that ran, without rich's indent guides
@@ -1069,7 +1085,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("move_discarded")
     assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
     events = _bindings(assigns, calls, built)
-    if _called_on_device(tree, calls, assigns, events):
+    if _called_on_device(tree, calls, assigns, events, built):
         found.append("called_on_device")
     if _run_on_a_cpu_input(calls, built, assigns, events):
         found.append("cpu_input")
@@ -1242,12 +1258,13 @@ MODEL_RUNS = ("forward", "generate", "predict", "infer", "sample", "__call__")
 
 
 def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.Assign],
-                      events: list[tuple[Position, str, bool]]) -> bool:
+                      events: list[tuple[Position, str, bool]], built: set[str]) -> bool:
     """The moved model run only on inputs on the device (`m = Net().cuda()`, then `m(x.cuda(), 1.3)`; an input made
     with device= or moved before): both are there, so the CPU tensor is one the model makes or keeps out of `.to`'s
     reach. Every run counts, in the order of the lines: one before the move, after the model is rebound unmoved, on
     an input left as it is (`model(x)`, `mask=mask`, `**batch`), or in a loop (whose batch has more than the model's
-    inputs: the labels) is the batch's case again."""
+    inputs: the labels) is the batch's case again; a run of a module built and never moved (`head(feats)`), its
+    weights'."""
     models = {name for _, name, moved in events if moved}
     moves = _in_order(events)
     placed: set[str] = set()  # names bound to a tensor on the device
@@ -1262,6 +1279,8 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
         else:
             name = _run_model_name(call)
             if name not in models:
+                if name in built:
+                    return False  # a module built and never moved, run (`head(feats)`): its weights on the CPU
                 continue
             moved = bool(_moved_by(moves, name, _at(call)))
         runs += 1
@@ -1287,10 +1306,13 @@ def _at(node: ast.expr | ast.stmt) -> Position:
     return node.lineno, node.col_offset
 
 
+MOVES = ("to", "cuda", "to_empty")  # a module's methods that put it on a device (to_empty: without its values)
+
+
 def _moves_a_module(call: ast.Call, built: set[str]) -> bool:
     """A model's move (`model.to(device)`), or the move of a name the code built from a class and runs
     (`enc = TabNetEncoder(...)`, `enc = enc.to(device)`, `enc(x)`): a module, whatever its name."""
-    return _moves_a_model(call) or (_call_name(call).split(".")[-1] in ("to", "cuda")
+    return _moves_a_model(call) or (_call_name(call).split(".")[-1] in MOVES
                                     and _call_name(call).split(".")[0] in built and _to_a_device(call))
 
 
@@ -1433,7 +1455,7 @@ def _moves_a_model(call: ast.Call) -> bool:
     """`model.to(device)`, `self.to(device)` in a module's method, `Net(...).to(device)`: a model's move to an
     accelerator (a tensor's move, `x.to(device)`, `torch.Tensor(b).to(device)`, `model_inputs.to(device)`, is not;
     nor is `model.to(torch.float16)` or `model.to("cpu")`)."""
-    if not isinstance(call.func, ast.Attribute) or call.func.attr not in ("to", "cuda") or not _to_a_device(call):
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in MOVES or not _to_a_device(call):
         return False  # (not `model.train(True)`, `model.load_state_dict(sd)`)
     receiver = call.func.value
     if isinstance(receiver, ast.Call):  # built and moved at once: a class (capitalized) or a builder of a model
@@ -1734,10 +1756,12 @@ def _notebook(text: str) -> tuple[str, str] | None:
     except (ValueError, RecursionError):  # no JSON, or brackets nested deeper than a notebook's
         return None
     errors: list[str] = []
+    streams: list[str] = []  # what the cells printed: a traceback printed or logged, a script run with `!python`
     cells: list[tuple[int | None, str]] = []
 
-    def lines(value: object) -> str:  # nbformat keeps a multi-line string as a list of lines, or as one string
-        return "".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
+    def lines(value: object, sep: str = "") -> str:  # nbformat keeps a string as a list of lines, or as one string
+        return sep.join(v for v in value if isinstance(v, str)) if isinstance(value, list) \
+            else value if isinstance(value, str) else ""
 
     def walk(node: object) -> None:
         if isinstance(node, list):
@@ -1745,12 +1769,14 @@ def _notebook(text: str) -> tuple[str, str] | None:
                 walk(item)
         elif isinstance(node, dict):
             if node.get("output_type") in ("error", "pyerr"):  # nbformat 4's, and 3's
-                shown = node.get("traceback")
-                errors.append("\n".join(shown) if isinstance(shown, list) and shown
-                              else f"{node.get('ename', 'Error')}: {node.get('evalue', '')}")
+                errors.append(lines(node.get("traceback"), "\n")
+                              or f"{node.get('ename', 'Error')}: {node.get('evalue', '')}")
+            if node.get("output_type") == "stream":
+                streams.append(lines(node.get("text")))
             if node.get("cell_type") == "code":  # nbformat 4 keeps it in source, 3 in input
                 count = node.get("execution_count", node.get("prompt_number"))
-                cells.append((count if isinstance(count, int) else None, lines(node.get("source", node.get("input")))))
+                cells.append((count if isinstance(count, int) else None,
+                               _as_ipython_ran(lines(node.get("source", node.get("input"))))))
             for value in node.values():
                 if isinstance(value, (list, dict)):
                     walk(value)
@@ -1759,10 +1785,31 @@ def _notebook(text: str) -> tuple[str, str] | None:
         walk(data)
     except RecursionError:
         return None
-    if not errors and not cells:
+    if not errors and not streams and not cells:
         return None
     ran = sorted((count, source) for count, source in cells if count is not None)  # a cell never run ran nothing
-    return "\n\n".join(errors), "\n\n".join(source for _, source in ran or cells)  # (unless none shows a count)
+    return "\n\n".join(errors or streams), "\n\n".join(source for _, source in ran or cells if source)
+
+
+def _as_ipython_ran(cell: str) -> str:
+    """A notebook's cell as the Python IPython ran: its prompts and magics as `_without_prompts` reads them, a cell
+    magic's cell (`%%bash`) and a shell's or help's line (`files = !ls`, `model?`) left out, and nothing of a cell
+    that does not parse (it raised SyntaxError and ran nothing)."""
+    first = cell.lstrip().split("\n", 1)
+    if first[0].startswith("%%"):
+        if not re.match(r"%%(?:time|timeit|capture|prun)\b", first[0]):
+            return ""  # another language's cell
+        cell = first[1] if len(first) > 1 else ""
+    cell = "\n".join(line for line in cell.splitlines() if not re.match(
+        r"\s*(?:[\w, ]+=\s*[!%]|\?\??[\w.]|[\w.\[\]()]+\?\??\s*$)", line))
+    cell = _without_prompts(cell)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(cell)
+    except (SyntaxError, ValueError):
+        return ""
+    return cell
 
 
 # pytest's report of a failure: each entry's place (`path.py:12: in f` after its line, short; `path.py:12: ` or
@@ -2487,7 +2534,9 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
     # error was raised inside a scripted or traced graph, where an input never moved raises too (a recorded device
     # is shown by the serialized line, constant_raised, or by the code's trace)
     frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device", "torchscript"}
-    code = {signal for signal in set(scenario.clues.code) - set(other.clues.code) if _claimed(signal) < 3}
+    # (a signal four scenarios claim, a moved model run on device inputs, narrows the candidates to them: it shows
+    # none of their cases)
+    code = {signal for signal in set(scenario.clues.code) - set(other.clues.code) if _claimed(signal) < 4}
     return bool(set(facts.frames) & frames or set(facts.code) & code)
 
 

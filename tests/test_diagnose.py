@@ -51,6 +51,9 @@ WORDINGS = parametrize_cases(
          template="generator", devices=("cuda", "cpu"), argument=None),
     Case("meta", text="NotImplementedError: Tensor on device meta is not on the expected device cuda:0!",
          template="meta", devices=("cuda:0", "meta"), argument=None),
+    # the meta tensor first in the op (`meta_activations * torch.ones(2)`): the CPU one is not on the expected device
+    Case("meta_first", text="RuntimeError: Tensor on device cpu is not on the expected device meta!",
+         template="meta", devices=("cpu", "meta"), argument=None),
     Case("codegen_typo", text="RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! (when checking arugment for argument target in method wrapper_nll_loss_forward)",
          template="codegen", devices=("cuda:0", "cpu"), argument="target"),
     Case("mps_conv_types", text="RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same or input should be a MKLDNN tensor",
@@ -1671,10 +1674,31 @@ def test_a_module_the_code_builds_and_runs_is_moved_whatever_its_name() -> None:
     assert {"model_moved", "called_on_device"} <= set(result.facts.code)
     assert result.verdict == "ambiguous"
     assert "a tensor kept as a plain attribute" in result.note
+    # moved by a statement of its own, not a binding: the same
+    bare = code.replace("enc = enc.to(device)", "enc.to(device)")
+    assert "called_on_device" in diagnose.read(mat2, bare).code
+    # a second module built and never moved, run on the first's output: its weights are the case again
+    head = ("backbone = ResNetBackbone()\nbackbone.to(device)\nhead = ClassifierHead(512, 10)\n"
+            "feats = backbone(x.to(device))\nout = head(feats)\n")
+    assert "called_on_device" not in diagnose.read(MISMATCH, head).code
     # a module's other methods are no move, whatever their argument: `model.train(True)`, `model.load_state_dict(sd)`
     for call in ("model.train(True)", "model.load_state_dict(sd)"):
         unmoved = f"model = Net()\n{call}\nx = x.to(device)\nout = model(x)\n"
         assert "called_on_device" not in diagnose.read(MISMATCH, unmoved).code, call
+
+
+def test_a_signal_four_scenarios_claim_names_none_of_them_alone() -> None:
+    """A moved model run on device inputs speaks for four scenarios (a factory in forward, a plain attribute, a
+    plain list, a traced constant) and against the rest: it shows none of the four's cases. Code that shows one (a
+    plain tensor attribute made in __init__) names it alone."""
+    assert sum("called_on_device" in s.clues.code for s in registry.SCENARIOS) == 4
+    run = "model = Net().to(device)\nout = model(x.to(device))\n"
+    assert diagnose.diagnose(MISMATCH, run).verdict == "ambiguous"
+    attribute = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.fc = nn.Linear(4, 2)\n        self.scale = torch.ones(2)\n\n"
+                 "    def forward(self, x):\n        return self.fc(x) * self.scale\n\n" + run)
+    result = diagnose.diagnose(MISMATCH, attribute)
+    assert (result.verdict, result.matches[0].slug) == ("scenario", "plain_tensor_attribute")
 
 
 def test_an_exported_module_moved_and_run_on_the_device_is_the_traced_constant_s_case() -> None:
@@ -1978,6 +2002,17 @@ def test_a_traceback_drawn_in_a_box_reads_as_python_prints_it() -> None:
                            "│ _single_tensor_sgd                                           │")
     assert diagnose.read(wrapped).site == "optimizer_step"
     assert diagnose.diagnose(RICH).note == diagnose.diagnose(PLAIN_SGD).note
+    # folded before its line number (`module.py:177` + `8 in f`, as 80 columns fold torch's paths); cut above its top
+    at_number = RICH.replace("│ /home/user/.venv/lib/python3.11/site-packages/torch/optim/sg │\n"
+                             "│ d.py:364 in _single_tensor_sgd                               │",
+                             "│ /home/user/.venv/lib/python3.11/site-packages/torch/optim/sgd.py: │\n"
+                             "│ 364 in _single_tensor_sgd                               │")
+    assert diagnose.read(at_number).site == "optimizer_step"
+    assert diagnose.read(RICH.split("\n", 1)[1]).site == "optimizer_step"
+    # code with no file (a notebook's cell, `python -c`): `in forward:8`
+    cell = ("╭─ Traceback (most recent call last) ─╮\n│ in forward:8                         │\n│                                      │\n"
+            "│ ❱ 8 │   return self.fc(x) * mask        │\n╰──────────────────────────────────────╯\n" + MISMATCH)
+    assert "user_forward" in diagnose.read(cell).frames
 
 
 PLAIN_SGD = """Traceback (most recent call last):
@@ -1988,18 +2023,34 @@ PLAIN_SGD = """Traceback (most recent call last):
 RuntimeError: Expected all tensors to be on the same device, but found at least two devices, emulated:0 and cpu!"""
 
 
+# the SGD step's frame as IPython 9 colours it (a notebook's output, a terminal's IPython)
+IPYTHON_9 = ("\x1b[31mRuntimeError\x1b[39m                              Traceback (most recent call last)\n"
+             "\x1b[36mFile \x1b[39m\x1b[32m/home/user/.venv/lib/python3.11/site-packages/torch/optim/sgd.py:364\x1b[39m, in "
+             "\x1b[36m_single_tensor_sgd\x1b[39m\x1b[34m(params, grads)\x1b[39m\n\x1b[32m--> \x1b[39m\x1b[32m364\x1b[39m "
+             "buf.mul_(momentum).add_(grad, alpha=\x1b[32m1\x1b[39m)\n\x1b[31mRuntimeError\x1b[39m: Expected all tensors to "
+             "be on the same device, but found at least two devices, cuda:0 and cpu!")
+
+
 def test_a_terminal_s_colours_and_a_web_page_s_escapes_are_read_through() -> None:
-    """Colours as a terminal sends them (`ESC[35m`, a link's OSC 8), as a copy leaves them when it loses ESC
-    (`[0;31mRuntimeError[0m`), and a web page's escapes (`&quot;`) read as the plain traceback."""
-    plain = _reading(diagnose.diagnose(PLAIN_SGD))
-    coloured = PLAIN_SGD.replace('File "', 'File "\x1b[35m').replace('", line', '\x1b[0m", line') \
-        .replace("RuntimeError", "\x1b[1;35mRuntimeError\x1b[0m").replace("<module>", "\x1b]8;;file:///x\x1b\\<module>")
-    assert _reading(diagnose.diagnose(coloured)) == plain
-    lost = PLAIN_SGD.replace("RuntimeError", "[0;31mRuntimeError[0m").replace("opt.step()", "[1;32mopt.step()[0m")
-    assert _reading(diagnose.diagnose(lost)) == plain
-    assert _reading(diagnose.diagnose(html.escape(PLAIN_SGD))) == plain
-    # brackets that are no colours are kept: an index `[0]`, a list of one
+    """Colours as a terminal sends them (IPython 9's `ESC[36m`, a link's OSC 8), as a copy leaves them when it loses
+    ESC (`[31mRuntimeError[39m`), and a web page's escapes (`&quot;`) read as the plain traceback; each of them hides
+    the frame of SGD's step where it stays."""
+    plain = re.sub("\x1b\\[[\\d;]*m", "", IPYTHON_9)
+    assert diagnose.read(plain).site == "optimizer_step"
+    linked = IPYTHON_9.replace("/home/", "\x1b]8;;file:///home/user\x1b\\/home/")
+    for coloured in (IPYTHON_9, linked, IPYTHON_9.replace("\x1b", "")):
+        assert _reading(diagnose.diagnose(coloured)) == _reading(diagnose.diagnose(plain))
+    assert _reading(diagnose.diagnose(html.escape(PLAIN_SGD))) == _reading(diagnose.diagnose(PLAIN_SGD))
+    assert diagnose.diagnose(html.escape(PLAIN_SGD)).facts.site == "optimizer_step"
+    # brackets that are no colours are kept (an index `[0]`, `x[mask]`); an entity of 5,000 digits is no crash
+    indexed = "  File \"train.py\", line 40, in <module>\n    loss = criterion(logits[mask], labels[mask])\n" + INDICES
+    assert "logits[mask]" in diagnose._clean(indexed)
+    assert "local_indexed" in diagnose.read(indexed).code
     assert "[0]" in diagnose._clean("x = y[0]\nz = [1]")
+    assert diagnose.diagnose("&amp;&#" + "1" * 5000 + ";").verdict == "unknown"
+    # code is code: its `"&quot;"` and `x[0m]` are its own
+    code = 'def clean(s):\n    return s.replace("&quot;", \'"\')\nmodel = Net().to(device)\nout = model(x.to(device))\n'
+    assert "called_on_device" in diagnose.read(MISMATCH, code).code
 
 
 # a notebook as Jupyter saves it (nbformat 4): cells, and an error output whose traceback IPython 9 coloured
@@ -2051,10 +2102,26 @@ def test_a_notebook_is_read_as_its_errors_and_the_code_it_ran(tmp_path: Path) ->
     assert json.loads(run.stdout)["scenarios"][0]["slug"] == "factory_in_forward"
     output = NOTEBOOK["cells"][4]["outputs"][0]  # type: ignore[index]
     assert diagnose.read(json.dumps(output)).frames == result.facts.frames
-    old = {"nbformat": 3, "worksheets": [{"cells": [{"cell_type": "code", "input": "x = torch.zeros(2).cuda()",
-           "prompt_number": 1, "outputs": [{"output_type": "pyerr", "ename": "RuntimeError", "evalue": "x",
-                                            "traceback": [output["traceback"][-1]]}]}]}]}
+    old = {"nbformat": 3, "worksheets": [{"cells": [{"cell_type": "code", "input": "model = Net().to(device)\n"
+                                                     "out = model(x.cuda())", "prompt_number": 1,
+                                                     "outputs": [{"output_type": "pyerr", "ename": "RuntimeError",
+                                                                  "evalue": "x", "traceback": [output["traceback"][-1]]}]}]}]}
     assert diagnose.read(json.dumps(old)).template == "codegen"
+    assert "called_on_device" in diagnose.read(json.dumps(old)).code
+    # what IPython runs of a cell: a cell of another language, a shell's or help's line, a cell that does not parse
+    # (it ran nothing) are left out, so the rest still parses
+    cells = NOTEBOOK["cells"]  # type: ignore[index]
+    for other in ("%%bash\npip install -q timm", "files = !ls data\nmodel?", "def f(:\n    pass"):
+        book = {**NOTEBOOK, "cells": [*cells, {"cell_type": "code", "execution_count": 4, "source": other}]}
+        assert "called_on_device" in diagnose.read(json.dumps(book)).code, other
+    # a traceback the cells printed (`!python train.py`, `traceback.print_exc()`), where no error output shows one
+    printed = {**NOTEBOOK, "cells": [{**cells[4], "outputs": [{"output_type": "stream", "name": "stderr", "text": [
+        'Traceback (most recent call last):\n', '  File "train.py", line 8, in forward\n', "    return x * mask\n",
+        MISMATCH]}]}]}
+    assert "user_forward" in diagnose.read(json.dumps(printed)).frames
+    # items that are no text (a number in a traceback's list, in a source's) are no crash
+    assert diagnose.diagnose('{"output_type": "error", "traceback": [1]}').verdict == "unknown"
+    assert diagnose.diagnose('{"cell_type": "code", "execution_count": 1, "source": [1]}', "").verdict == "unknown"
     # brackets nested deeper than JSON's reader goes are no notebook, nor a crash
     assert diagnose.diagnose("[" * 100000).verdict == "unknown"
     # JSON that is no notebook is read as text; a notebook given as the code (`--code a.ipynb`) is its code cells
