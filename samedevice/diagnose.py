@@ -899,6 +899,24 @@ ENTITIES = {"&quot;": '"', "&apos;": "'", "&lt;": "<", "&gt;": ">", "&amp;": "&"
 HTML_ENTITIES = re.compile("|".join(ENTITIES))
 
 
+# a CI log's time on each line (GitHub Actions' `2026-12-03T10:11:12.3456789Z `, a timestamper's `[...]`)
+LOG_TIME = re.compile(r"(?m)^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ \t]?")
+
+
+def _without_log_times(text: str) -> str:
+    """A paste without the time a CI log puts before each of its lines (where most lines have it: not a logger's
+    line before a traceback it does not prefix)."""
+    stamped = LOG_TIME.findall(text)
+    if len(stamped) > 1 and 2 * len(stamped) >= text.count("\n") + 1 - text.count("\n\n"):
+        text = LOG_TIME.sub("", text)
+    return text
+
+
+def _plain(text: str) -> str:
+    """A paste without a terminal's escapes and a CI log's times: what pytest printed."""
+    return _without_log_times(ESCAPES.sub("", text))
+
+
 @functools.lru_cache(maxsize=4)  # diagnose() and read() clean the same paste: a log of megabytes is cleaned once
 def _clean(text: str, paste: bool = True) -> str:
     """The input as text Python can parse and print: a lone surrogate (bytes that were not UTF-8, read with
@@ -916,6 +934,8 @@ def _clean(text: str, paste: bool = True) -> str:
     # a block quoted as a forum or an issue quotes it (`> Traceback ...`, `> > ...`), not Python's prompt `>>>`
     text = re.sub(r"(?m)^(?:[ \t]*>(?!>>)[ \t]?)+", "", text)
     text = re.sub(r"(?m)^[ \t]*(?:```|~~~)[\w+-]*[ \t]*(?:\n|$)", "", text)  # Markdown's fences around a block
+    if paste:
+        text = _without_log_times(text)  # (once quoted, the times begin the lines)
     if paste and "\u2502" in text and ("\u256d" in text or "\u2771" in text):  # a box's side, its corner or ❱
         text = _unboxed(text)
     return _frames_joined(text)
@@ -1882,7 +1902,7 @@ def _inputs(text: str, code: str) -> tuple[str, str]:
         text, code = book[0], "\n\n".join(part for part in (book[1], code) if part)
     if (book := _notebook(code)) is not None:
         code = book[1]
-    if (report := _pytest_report(ESCAPES.sub("", text))) is not None:  # (`--color=yes`: read through its colours)
+    if (report := _pytest_report(_plain(text))) is not None:  # (`--color=yes`, a CI log's times: read through them)
         text, code = report[0], "\n\n".join(part for part in (code, report[1]) if part)
     return text, code
 

@@ -213,7 +213,8 @@ def training_setups(draw: st.DrawFn, *, devices: Sequence[str]) -> tuple[torch.d
 def pasted(draw: st.DrawFn, text: str) -> str:
     """`text` as a person may paste it: maybe in a terminal's colours (as Python 3.13 colours a traceback: each
     frame's file, line and function, and the error's name), each frame line wrapped at one or two of its spaces (a
-    narrow terminal, an e-mail), maybe the whole quoted (`> `, as a forum or an issue quotes it), maybe inside
+    narrow terminal, an e-mail), maybe each line stamped with a CI log's time, maybe the whole quoted (`> `, as a
+    forum or an issue quotes it), maybe inside
     Markdown's fences, maybe with Windows' line ends, maybe escaped as a web page's source escapes it (`&quot;`)."""
     if draw(st.booleans()):
         text = re.sub(r'(File ")([^"\n]+)(", line )(\d+)(, in )(\S+)', "\\1\x1b[35m\\2\x1b[0m\\3\x1b[35m\\4\x1b[0m\\5"
@@ -228,6 +229,8 @@ def pasted(draw: st.DrawFn, text: str) -> str:
             lines += [line[a:b] for a, b in zip(starts, ends)]
         else:
             lines.append(line)
+    if draw(st.booleans()):  # as a CI log (GitHub Actions') stamps each line
+        lines = [f"2026-12-03T10:11:{i % 60:02d}.{i:07d}Z {line}" for i, line in enumerate(lines)]
     if draw(st.booleans()):
         lines = ["> " + line if line else ">" for line in lines]
     if draw(st.booleans()):

@@ -2187,6 +2187,12 @@ def test_a_pytest_report_reads_as_its_traceback_and_the_source_it_shows() -> Non
     coloured = PYTEST_REPORT.replace("E       Runtime", "\x1b[1m\x1b[31mE       Runtime").replace(
         "test_f.py:13: RuntimeError", "\x1b[1m\x1b[31mtest_f.py\x1b[0m:13: RuntimeError")
     assert _reading(diagnose.diagnose(coloured)) == _reading(result)
+    # as a CI log keeps it (GitHub Actions stamps each line with its time); a logger's one stamped line is its own
+    stamped = "\n".join(f"2026-12-03T10:11:{i % 60:02d}.{i:07d}Z {line}" for i, line in
+                         enumerate(PYTEST_REPORT.split("\n")))
+    assert _reading(diagnose.diagnose(stamped)) == _reading(result)
+    logged = "2026-12-03 10:11:12,345 ERROR step failed\n" + PLAIN_SGD
+    assert diagnose._clean(logged).startswith("2026-12-03 10:11:12,345 ERROR")
     library = PYTEST_REPORT.replace("test_f.py:13:", "/home/user/.venv/lib/python3.11/site-packages/net/m.py:13:")
     assert "factory_in_forward" not in diagnose.read(library).code
     # one line a failure (--tb=line): its place and its message
