@@ -912,9 +912,22 @@ def _without_log_times(text: str) -> str:
     return text
 
 
+def _unescaped(text: str) -> str:
+    """A paste without a terminal's colours (also where a copy lost their ESC) and a web page's escapes."""
+    text = ESCAPES.sub("", text)
+    # (a reset among them: of all, `[0m`, or of the colours, `[39m`, `[49m`, as IPython 9 writes it)
+    if re.search(r"\[(?:0|39|49)(?:;\d{1,3})*m", text) and len(BARE_COLOURS.findall(text)) > 1:
+        text = BARE_COLOURS.sub("", text)
+    return HTML_ENTITIES.sub(lambda m: ENTITIES[m.group(0)], text)
+
+
 def _plain(text: str) -> str:
-    """A paste without a terminal's escapes and a CI log's times: what pytest printed."""
-    return _without_log_times(ESCAPES.sub("", text))
+    """What pytest printed, from a paste of it: unescaped, its quote (`> `, on every line) and a CI log's times taken
+    off; pytest's own `>` (the line that ran) kept."""
+    text = _unescaped(text)
+    if all(re.match(r"[ \t]*>", line) for line in text.splitlines() if line.strip()):
+        text = re.sub(r"(?m)^[ \t]*> ?", "", text)
+    return _without_log_times(text)
 
 
 @functools.lru_cache(maxsize=4)  # diagnose() and read() clean the same paste: a log of megabytes is cleaned once
@@ -926,11 +939,7 @@ def _clean(text: str, paste: bool = True) -> str:
     written as Python prints one."""
     text = text.encode("utf-8", "replace").decode("utf-8").translate(TYPOGRAPHIC)
     if paste:
-        text = ESCAPES.sub("", text)
-        # (a reset among them: of all, `[0m`, or of the colours, `[39m`, `[49m`, as IPython 9 writes it)
-        if re.search(r"\[(?:0|39|49)(?:;\d{1,3})*m", text) and len(BARE_COLOURS.findall(text)) > 1:
-            text = BARE_COLOURS.sub("", text)
-        text = HTML_ENTITIES.sub(lambda m: ENTITIES[m.group(0)], text)
+        text = _unescaped(text)
     # a block quoted as a forum or an issue quotes it (`> Traceback ...`, `> > ...`), not Python's prompt `>>>`
     text = re.sub(r"(?m)^(?:[ \t]*>(?!>>)[ \t]?)+", "", text)
     text = re.sub(r"(?m)^[ \t]*(?:```|~~~)[\w+-]*[ \t]*(?:\n|$)", "", text)  # Markdown's fences around a block
@@ -1833,65 +1842,107 @@ def _as_ipython_ran(cell: str) -> str:
 
 
 # pytest's report of a failure: each entry's place (`path.py:12: in f` after its line, short; `path.py:12: ` or
-# `path.py:12: RuntimeError` after the function's source, long; `path.py:12: RuntimeError: message`, --tb=line)
+# `path.py:12: RuntimeError` after the function's source, long; `path.py:12: RuntimeError: message`, --tb=line).
+# (Each part a run of one kind of character, so no line is retried from each of its characters.)
 PYTEST_PLACE = re.compile(r"(?P<path>(?:[A-Za-z]:)?[^\s:>][^:\n]*?\.py):(?P<line>\d+): ?(?:in (?P<func>[\w<>.]+)"
-                          r"|(?P<error>(?:\w+\.)*\w+(?:Error|Exception|Exit|Interrupt)\w*)(?:: (?P<message>.*))?)?"
-                          r"[ \t]*$")
+                          r"|(?P<error>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?)?[ \t]*$")
 PYTEST_ERROR = re.compile(r"E(?: {3,}|\t)(?P<line>.*)$")  # `E       RuntimeError: ...`, each line of the message
-PYTEST_BREAK = re.compile(r"(?:_ ){5,}_?[ \t]*$|_{5,} \S.* _{5,}$|={5,}(?: .* =+)?$")  # between entries, tests, parts
+PYTEST_BREAK = re.compile(r"(?:_ ){5,}_?[ \t]*$|_{3,} \S.* _{3,}$|={5,}(?: .* =+)?$")  # between entries, tests, parts
+PYTEST_FAILURE = re.compile(r"_{3,} \S.* _{3,}$")  # a failure's header: `____ test_forward ____`, `____ ERROR at ...`
+PYTEST_CAPTURED = re.compile(r"-{5,} Captured .* -{5,}$")  # what the test printed or logged, after its entries
 PYTEST_RAN = re.compile(r">(?: {3,}|\t)(?P<code>.*)$")  # the line of an entry's source that ran
 DEFINES = re.compile(r"\s*(?:async )?def (?P<name>\w+)\(")
 
 
 def _pytest_report(text: str) -> tuple[str, str] | None:
     """A failure as pytest reports it (`--tb=auto`, its default, `long`, `short`, `line`), written as Python prints a
-    traceback: each entry a frame (a long entry's function read from the source it shows, its line the one marked
-    `>`), the message from its `E` lines, before the summary that cuts it short. And the source pytest shows of the
-    user's own functions (not a library's): the code around the error. None when the text is no such report."""
+    traceback, and the source pytest shows of the user's own functions (not a library's): the code around the
+    error. Of several failures, the first whose message is a device error's (a template's). None when the text is
+    no such report, or none of its failures shows such a message (an assertion on a script's exit, whose traceback
+    is in what the test captured, reads better as it was pasted)."""
     lines = text.splitlines()
     if not any(PYTEST_ERROR.match(line) or PYTEST_BREAK.match(line) for line in lines) \
             or not any(PYTEST_PLACE.match(line) for line in lines):
         return None
+    heads = [i for i, line in enumerate(lines) if PYTEST_FAILURE.match(line)]
+    for a, b in zip([0, *heads], [*heads, len(lines)]):
+        failure = _pytest_failure(lines[a:b])
+        if failure is not None and read_message(failure[0])[0] is not None:
+            return failure
+    return None
+
+
+def _pytest_failure(lines: list[str]) -> tuple[str, str] | None:
+    """One failure of pytest's report as a traceback, and the source of its entries in the user's own files."""
     out: list[str] = []
     source: list[str] = []  # a long entry's lines, up to its place
     errors: list[str] = []  # its E lines, written after its frame
     code: list[str] = []
-    short = False  # after a short entry's place, its lines (the one that ran, carets) follow as they are
-    for line in lines:
-        if re.match(r"={5,} short test summary info", line) and (errors or out):
-            break  # the summary repeats the message cut short
-        place = PYTEST_PLACE.match(line)
-        if place and place["func"]:  # short: the line that ran follows
+    mode = "source"  # a long entry's source; or after a short entry's place its line (carets follow); or captured
+    for line in lines:  # (the summary that ends a report, its message cut short, is no entry's: left out)
+        if PYTEST_CAPTURED.match(line):
+            mode = "captured"
+            continue
+        error = PYTEST_ERROR.match(line)
+        place = None if error or mode == "captured" else PYTEST_PLACE.match(line)
+        if place and (place["error"] or "").endswith("Warning"):
+            place = None  # a warning's place (`x.py:3: UserWarning: ...`), no entry's
+        if error:
+            errors.append(error["line"])
+            if mode == "short":  # (its message follows the short entry's line)
+                out += errors
+                errors.clear()
+        elif place and place["func"]:
             out += errors
             errors.clear()
             out.append(f'  File "{place["path"]}", line {place["line"]}, in {place["func"].split(".")[-1]}')
-            source, short = [], True
-        elif place:  # long (or a line's): the function is the last one its source defines
-            defined = [m["name"] for m in map(DEFINES.match, source) if m]
-            ran = [m["code"] for m in map(PYTEST_RAN.match, source) if m]
-            out.append(f'  File "{place["path"]}", line {place["line"]}, in {(defined or ["<module>"])[-1]}')
-            out += ["    " + ran[-1].strip()] if ran else []
+            source, mode = [], "short"
+        elif place:
+            func, ran, shown = _pytest_entry(source)
+            out.append(f'  File "{place["path"]}", line {place["line"]}, in {func}')
+            out += ["    " + ran] if ran else []
             out += errors or ([f"{place['error']}: {place['message']}"] if place["message"] else [])
-            if not LIBRARY.search(place["path"]):  # the user's source, pytest's indent and markers taken off
-                # (from its function's first line: the arguments' values pytest shows above it are no code)
-                start = next((i for i, s in enumerate(source) if re.match(r" {4}(?:@|(?:async )?def )", s)), 0)
-                shown = [re.sub(r"^>", " ", s) for s in source[start:]
-                         if not (PYTEST_ERROR.match(s) or re.fullmatch(r"\s*[~^]+\s*", s))]  # no E lines, carets
-                code.append(textwrap.dedent("\n".join(shown)))
-            source, errors, short = [], [], False
-        elif PYTEST_ERROR.match(line):
-            errors.append(PYTEST_ERROR.match(line)["line"])  # type: ignore[index]
-            if short:
-                out += errors
-                errors.clear()
+            if shown and not LIBRARY.search(place["path"]):
+                code.append(shown)
+            source, errors, mode = [], [], "source"
         elif PYTEST_BREAK.match(line):
-            source, short = [], False
-        elif short:
+            source, mode = [], "source"
+        elif mode == "short" and not re.match(r" {8,}[\w.]+ += ", line):  # its line and carets, not its locals (-l)
             out.append(line)
-        else:
+        elif mode == "source":
             source.append(line)
     out += errors
-    return "Traceback (most recent call last):\n" + "\n".join(out), "\n\n".join(part for part in code if part.strip())
+    if not out:
+        return None
+    return "Traceback (most recent call last):\n" + "\n".join(out), "\n\n".join(code)
+
+
+def _pytest_entry(source: list[str]) -> tuple[str, str, str]:
+    """A long entry's function, the line that ran (marked `>`), and its source up to that line (carets and E lines
+    taken off, dedented) where it parses alone: the function is the nearest `def` above that line and less indented
+    than it (not one nested before it); a line at the module's indent ran in `<module>`, its source from the top.
+    No source where what is shown does not parse (a `try:` shown without its `except`), nor for a lambda's line."""
+    marked = [i for i, line in enumerate(source) if PYTEST_RAN.match(line)]
+    if not marked:
+        return "<module>", "", ""
+    at = marked[-1]
+    ran = source[at][1:].strip()
+    column = len(source[at]) - len(source[at][1:].lstrip(" \t"))  # where its code begins (pytest indents by 4)
+    start = next((i for i in range(at - 1, -1, -1) if DEFINES.match(source[i])
+                  and len(source[i]) - len(source[i].lstrip(" ")) < column), None)
+    if start is None and column > 4:
+        return "<module>", ran, ""  # a lambda's or a comprehension's line, shown alone: no function to read
+    defined = DEFINES.match(source[start]) if start is not None else None
+    shown = [" " + line[1:] if i == at else line for i, line in enumerate(source[: at + 1]) if i >= (start or 0)
+             and not re.fullmatch(r"\s*[~^]+\s*", line)]
+    block = textwrap.dedent("\n".join(shown))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(block)
+    except (SyntaxError, ValueError):
+        block = ""
+    return (defined["name"] if defined else "<module>"), ran, block
 
 
 @functools.lru_cache(maxsize=4)

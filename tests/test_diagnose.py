@@ -2202,6 +2202,47 @@ def test_a_pytest_report_reads_as_its_traceback_and_the_source_it_shows() -> Non
     assert diagnose.read(line).site == "optimizer_step"
 
 
+def test_a_pytest_report_s_parts_are_read_as_what_they_are() -> None:
+    """Each failure of a report read alone (the first whose message is a device error's: its frames, its code); a
+    report whose message is no device error's (an assertion on a script's exit) read as pasted, so the traceback the
+    test captured is read; the locals `-l` shows, a function nested before the line that ran, a `try:` shown
+    without its `except`, and a failure named as no error (`BackendCompilerFailed`)."""
+    forward = diagnose.diagnose(PYTEST_REPORT)
+    other = ("_________________________________ test_step _________________________________\n\n"
+             "    def test_step():\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n>       opt.step()\n"
+             "E       AttributeError: 'NoneType' object has no attribute 'mul_'\n\n"
+             "/home/user/.venv/lib/python3.11/site-packages/torch/optim/sgd.py:364: AttributeError\n")
+    both = PYTEST_REPORT.replace("=========================== short test summary", other + "=========== short test summary")
+    assert _reading(diagnose.diagnose(both)) == _reading(forward)
+    assert _reading(diagnose.diagnose(other + PYTEST_REPORT.split("test_forward _", 1)[0] + "test_forward _"
+                                      + PYTEST_REPORT.split("test_forward _", 1)[1])) == _reading(forward)
+    captured = ("____________________________ test_script_runs ____________________________\n\n"
+                "    def test_script_runs():\n        proc = subprocess.run([sys.executable, 'train.py'])\n"
+                ">       assert proc.returncode == 0\nE       AssertionError: assert 1 == 0\n\n"
+                "test_sub.py:6: AssertionError\n------------------------- Captured stderr call -------------------------\n"
+                + PLAIN_SGD + "\n=========================== short test summary info ============================\n"
+                "FAILED test_sub.py::test_script_runs - AssertionError: assert 1 == 0")
+    assert diagnose.read(captured).site == "optimizer_step"
+    shown = PYTEST_REPORT.replace("        mask = torch.ones(2)\n", "        def scale(y):\n            return y * 2\n\n"
+                                  "        mask = torch.ones(2)\n").replace(
+        "               ^^^^^^^^^^^^^^^^^\nE", "               ^^^^^^^^^^^^^^^^^\n\nmask       = tensor([1., 1.])\n"
+        "self       = Net()\nE")
+    assert _reading(diagnose.diagnose(shown)) == _reading(forward)  # in forward, not scale; no local read as code
+    tried = PYTEST_REPORT.replace("        mask = torch.ones(2)\n>       return", "        mask = torch.ones(2)\n"
+                                  "        try:\n>           return").replace("test_f.py:13:", "test_f.py:14:")
+    assert "user_forward" in diagnose.read(tried).frames  # the line that ran, though its source does not parse
+    compiled = PYTEST_REPORT.replace("test_f.py:13: RuntimeError", "test_f.py:13: BackendCompilerFailed")
+    assert diagnose.read(compiled).frames == forward.facts.frames
+    # quoted as a forum quotes it, escaped as a web page does
+    quoted = "\n".join("> " + line for line in PYTEST_REPORT.split("\n"))
+    assert _reading(diagnose.diagnose(quoted)) == _reading(forward)
+    assert _reading(diagnose.diagnose(html.escape(PYTEST_REPORT))) == _reading(forward)
+    # a CI log whose blank lines carry no time (half its lines are blank): its times still read through
+    sparse = "\n\n".join(f"2026-12-03T10:11:{i % 60:02d}.{i:07d}Z {line}" if line else ""
+                         for i, line in enumerate(PYTEST_REPORT.split("\n")))
+    assert _reading(diagnose.diagnose(sparse)) == _reading(forward)
+
+
 def test_code_without_a_parse_falls_back_to_text() -> None:
     """A fragment that does not parse still shows its signals (a factory without device= in forward)."""
     fragment = "    def forward(self, x):\n        mask = torch.arange(x.shape[1])\n        return x * mask\n  )"
