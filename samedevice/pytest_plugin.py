@@ -26,10 +26,13 @@ turns the whole plugin off.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import textwrap
 import traceback
 from collections.abc import Generator
+from pathlib import Path
+from types import TracebackType
 
 import pytest
 import torch
@@ -181,7 +184,30 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
             terminalreporter.write_line(line)
 
 
-DIAGNOSED_CHARS = 20_000  # of a failing test's traceback, the end the diagnosis reads
+DIAGNOSED_CHARS = 20_000  # of a failing test's traceback, the end the diagnosis reads; as much of its code
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _user_code(tb: TracebackType | None) -> str:
+    """The code of the user's own frames the traceback passes through, as `--code` gives it to the diagnosis: a
+    method's whole class (its `__init__` keeps the tensors `forward` reads), a function's source; not a library's
+    (site-packages, torch) nor this package's. Whole sources only, up to DIAGNOSED_CHARS."""
+    parts: dict[str, None] = {}
+    while tb is not None:
+        code, frame = tb.tb_frame.f_code, tb.tb_frame
+        tb = tb.tb_next
+        path = Path(code.co_filename)
+        if diagnose.LIBRARY.search(code.co_filename) or not path.is_file() or PACKAGE in path.resolve().parents:
+            continue
+        owner = frame.f_locals.get("self") if code.co_varnames[:1] == ("self",) else None
+        try:  # (a class defined in the file that runs it; a function's source where it is none)
+            shown = inspect.getsource(type(owner)) if owner is not None and \
+                inspect.getsourcefile(type(owner)) == code.co_filename else inspect.getsource(code)
+        except (OSError, TypeError):
+            continue
+        if sum(map(len, parts)) + len(shown) <= DIAGNOSED_CHARS:
+            parts[textwrap.dedent(shown)] = None
+    return "\n\n".join(parts)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -200,7 +226,7 @@ def pytest_runtest_makereport(
             # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
             text = "".join(traceback.format_exception(call.excinfo.value))[-DIAGNOSED_CHARS:]
             try:
-                diagnosis = diagnose.diagnose(text)
+                diagnosis = diagnose.diagnose(text, _user_code(call.excinfo.tb))
             except Exception as e:  # the test's own failure is the report; the diagnosis is extra
                 report.sections.append(("device error diagnosis", f"(the diagnosis failed: {e!r})"))
                 return report

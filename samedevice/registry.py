@@ -294,8 +294,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                    question="is a plain tensor attribute (a schedule, a table) indexed by device indices?")),
     Scenario("head_replaced_after_to", "A new head assigned after model.to(device) and after the optimizer",
              "user reports", _accelerators("mismatch", cpu="silent"),
+             # its broken code runs the moved model on device inputs: the new head is the CPU tensor
              clues=Clues(sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"), ops=("addmm", "mm", "conv"),
-                   code=("head_replaced",),
+                   code=("head_replaced", "called_on_device"),
                    prior=0.1,
                    confirm="audit.structure(model=model, optimizer=optimizer) names the head as missing",
                    question=FORWARD_QUESTION)),

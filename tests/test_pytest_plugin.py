@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import samedevice
-from samedevice import devices, registry
+from samedevice import devices, diagnose, registry
 
 # how an inner session gets the plugin; an installed package gets it from its pytest11 entry point
 # (tests/test_installed.py proves that one), which has this same name
@@ -102,6 +102,43 @@ def test_mismatch_failure_gets_the_diagnosis(pytester: pytest.Pytester) -> None:
     result = _inner(pytester, FAILING_TEST, "--devices=emulated")
     result.stdout.re_match_lines([r"-+ device error diagnosis -+", r"likeliest scenario: batch_not_moved: .*",
                                   r"the lesson: samedevice show batch_not_moved"])
+
+
+ATTRIBUTE_TEST = '''
+import torch
+from torch import nn
+
+
+class ScaledNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.scale = torch.ones(2)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def test_scaled(device):
+    model = ScaledNet().to(device)
+    model(torch.ones(1, 2, device=device))
+'''
+
+
+@pytest.mark.emulator
+def test_the_diagnosis_reads_the_code_of_the_test_s_own_frames(pytester: pytest.Pytester) -> None:
+    """The diagnosis reads the code of the frames the traceback passes through in the test's own files, a method's
+    whole class: the plain tensor attribute that __init__ keeps is named alone, which the message and the frames
+    alone leave among the candidates."""
+    result = _inner(pytester, ATTRIBUTE_TEST, "--devices=emulated")
+    result.stdout.re_match_lines([r"-+ device error diagnosis -+", r"likeliest scenario: plain_tensor_attribute: .*"])
+    section = result.stdout.str().split("device error diagnosis", 1)[1].split("the lesson:", 1)[0]
+    assert "a tensor is kept as a plain attribute in __init__" in section
+    assert "also fits" not in section  # named alone: the code shows its case
+    alone = diagnose.diagnose("  File \"test_inner.py\", line 12, in forward\n    return self.fc(x) * self.scale\n"
+                              "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                              "devices, emulated:0 and cpu!")
+    assert alone.verdict == "ambiguous"
 
 
 @pytest.mark.emulator
