@@ -2521,7 +2521,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # and a lesson the code speaks against (its fix shown) is never named alone
     against = set(registry.get(top[0].slug).clues.against) & set(facts.code)
     if against or (len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
-                                     or not shown(facts, registry.get(top[0].slug), _contender(facts, top)))):
+                                     or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug)))):
         scenario = registry.get(top[0].slug)
         if against and len(top) == 1:
             return Diagnosis(facts, "ambiguous", top, note="only this scenario fits the message, and the code speaks "
@@ -2597,13 +2597,6 @@ def _other_error(text: str) -> str | None:
     return errors[-1].group(0).strip()
 
 
-def _contender(facts: Facts, top: tuple[Match, ...]) -> registry.Scenario:
-    """The first answer's real rival: the next one the code does not speak against (a model never moved, where the
-    code moves it, is no rival), else the next."""
-    rivals = [registry.get(m.slug) for m in top[1:]]
-    return next((s for s in rivals if not set(s.clues.against) & set(facts.code)), rivals[0])
-
-
 def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -> bool:
     """Whether the input shows the scenario's case, beyond its message, and not the other's as well: a frame it
     raises in or a signal of its code that the runner-up does not claim (an embedding's frame is a tokenizer's
@@ -2612,7 +2605,9 @@ def shown(facts: Facts, scenario: registry.Scenario, other: registry.Scenario) -
     # error was raised inside a scripted or traced graph, where an input never moved raises too (a recorded device
     # is shown by the serialized line, constant_raised, or by the code's trace)
     frames = set(scenario.clues.frames) - set(other.clues.frames) - {"mps_device", "torchscript"}
-    code = set(scenario.clues.code) - set(other.clues.code)
+    # (a signal four or more scenarios claim, a moved model run on device inputs, narrows the candidates to them:
+    # it shows none of their cases)
+    code = {signal for signal in set(scenario.clues.code) - set(other.clues.code) if _claimed(signal) < 4}
     return bool(set(facts.frames) & frames or set(facts.code) & code)
 
 

@@ -190,24 +190,39 @@ PACKAGE = Path(__file__).resolve().parent
 
 def _user_code(tb: TracebackType | None) -> str:
     """The code of the user's own frames the traceback passes through, as `--code` gives it to the diagnosis: a
-    method's whole class (its `__init__` keeps the tensors `forward` reads), a function's source; not a library's
-    (site-packages, torch) nor this package's. Whole sources only, up to DIAGNOSED_CHARS."""
-    parts: dict[str, None] = {}
+    module's method, its class's whole source (its `__init__` keeps the tensors `forward` reads: the class that
+    defines the method, not a subclass); another function, its own source (a test's, not its test class's). Not a
+    library's frames (site-packages, torch), nor this package's, nor code with no file. Whole sources, nearest the
+    error first, up to DIAGNOSED_CHARS; a frame whose source cannot be read is left out."""
+    frames = []
     while tb is not None:
-        code, frame = tb.tb_frame.f_code, tb.tb_frame
+        frames.append(tb.tb_frame)
         tb = tb.tb_next
-        path = Path(code.co_filename)
-        if diagnose.LIBRARY.search(code.co_filename) or not path.is_file() or PACKAGE in path.resolve().parents:
+    parts: dict[str, None] = {}
+    seen: set[object] = set()
+    for frame in reversed(frames):  # nearest the error first: what a budget keeps
+        code = frame.f_code
+        if code in seen or diagnose.LIBRARY.search(code.co_filename):
             continue
-        owner = frame.f_locals.get("self") if code.co_varnames[:1] == ("self",) else None
-        try:  # (a class defined in the file that runs it; a function's source where it is none)
-            shown = inspect.getsource(type(owner)) if owner is not None and \
-                inspect.getsourcefile(type(owner)) == code.co_filename else inspect.getsource(code)
-        except (OSError, TypeError):
+        seen.add(code)
+        try:
+            path = Path(code.co_filename)
+            if not path.is_file() or PACKAGE in path.resolve().parents:
+                continue
+            owner = frame.f_locals.get("self") if code.co_varnames[:1] == ("self",) else None
+            defining = next((c for c in type(owner).__mro__ if any(getattr(f, "__code__", None) is code
+                                                                  for f in vars(c).values())), None) \
+                if isinstance(owner, torch.nn.Module) else None
+            if defining is not None and defining in seen:
+                continue  # (another method of a class already read)
+            seen.add(defining or code)
+            source = inspect.getsource(defining or code)
+        except Exception:  # a file changed since it ran, a name too long for the disk: no code from this frame
             continue
-        if sum(map(len, parts)) + len(shown) <= DIAGNOSED_CHARS:
-            parts[textwrap.dedent(shown)] = None
-    return "\n\n".join(parts)
+        if sum(map(len, parts)) + len(source) > DIAGNOSED_CHARS or len(seen) > 64:
+            break
+        parts[textwrap.dedent(source)] = None
+    return "\n\n".join(reversed(parts))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -225,8 +240,9 @@ def pytest_runtest_makereport(
         if report.failed and call.excinfo is not None:
             # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
             text = "".join(traceback.format_exception(call.excinfo.value))[-DIAGNOSED_CHARS:]
-            try:
-                diagnosis = diagnose.diagnose(text, _user_code(call.excinfo.tb))
+            try:  # (the code only for a device error: another failure gets no section, and no time spent on it)
+                code = _user_code(call.excinfo.tb) if diagnose.read(text).kind is not None else ""
+                diagnosis = diagnose.diagnose(text, code)
             except Exception as e:  # the test's own failure is the report; the diagnosis is extra
                 report.sections.append(("device error diagnosis", f"(the diagnosis failed: {e!r})"))
                 return report

@@ -127,18 +127,64 @@ def test_scaled(device):
 
 @pytest.mark.emulator
 def test_the_diagnosis_reads_the_code_of_the_test_s_own_frames(pytester: pytest.Pytester) -> None:
-    """The diagnosis reads the code of the frames the traceback passes through in the test's own files, a method's
-    whole class: the plain tensor attribute that __init__ keeps is named alone, which the message and the frames
-    alone leave among the candidates."""
+    """The diagnosis reads the code of the frames the traceback passes through in the test's own files, a module's
+    method its whole class: the plain tensor attribute that __init__ keeps is among its reasons, which the message
+    and the frames alone do not show."""
     result = _inner(pytester, ATTRIBUTE_TEST, "--devices=emulated")
     result.stdout.re_match_lines([r"-+ device error diagnosis -+", r"likeliest scenario: plain_tensor_attribute: .*"])
     section = result.stdout.str().split("device error diagnosis", 1)[1].split("the lesson:", 1)[0]
-    assert "a tensor is kept as a plain attribute in __init__" in section
-    assert "also fits" not in section  # named alone: the code shows its case
+    assert "the code: a tensor is kept as a plain attribute in __init__" in section
     alone = diagnose.diagnose("  File \"test_inner.py\", line 12, in forward\n    return self.fc(x) * self.scale\n"
                               "RuntimeError: Expected all tensors to be on the same device, but found at least two "
                               "devices, emulated:0 and cpu!")
     assert alone.verdict == "ambiguous"
+
+
+CLASS_TESTS = '''
+import torch
+from torch import nn
+
+
+class Stack(nn.Module):
+    def __init__(self, depth=2):
+        super().__init__()
+        self.blocks = [nn.Linear(2, 2) for _ in range(depth)]
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class DeepStack(Stack):
+    def __init__(self):
+        super().__init__(depth=4)
+
+
+class TestModels:
+    def test_deep_stack(self, device):
+        model = DeepStack().to(device)
+        model(torch.ones(1, 2, device=device))
+
+    def test_new_head(self, device):
+        model = Stack().to(device)
+        model.head = nn.Linear(2, 3).to(device)
+        assert model.head(torch.ones(1, 2, device=device)).shape == (1, 3)
+'''
+
+
+@pytest.mark.emulator
+def test_the_diagnosis_reads_the_class_that_defines_the_method_and_only_the_test_s_function(
+        pytester: pytest.Pytester) -> None:
+    """A subclass's forward is its parent's: the class read is the one that defines the method (its plain list of
+    layers), not the subclass; a test method is read alone, not its test class, whose other tests would speak of
+    code that did not run (a head replaced)."""
+    result = _inner(pytester, CLASS_TESTS, "--devices=emulated")
+    result.assert_outcomes(passed=1, failed=1)
+    section = result.stdout.str().split("device error diagnosis", 1)[1].split("the lesson:", 1)[0]
+    assert "likeliest scenario: plain_list_layers" in section
+    assert "layers are kept in a plain list" in section
+    assert "head" not in section
 
 
 @pytest.mark.emulator
