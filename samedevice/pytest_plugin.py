@@ -219,9 +219,10 @@ def _user_code(tb: TracebackType | None) -> str:
             source = inspect.getsource(defining or code)
         except Exception:  # a file changed since it ran, a name too long for the disk: no code from this frame
             continue
-        if sum(map(len, parts)) + len(source) > DIAGNOSED_CHARS or len(seen) > 64:
-            break
-        parts[textwrap.dedent(source)] = None
+        if len(seen) > 64:
+            break  # (at most 64 functions and classes: a recursion repeats one, read once)
+        if sum(map(len, parts)) + len(source) <= DIAGNOSED_CHARS:  # (one too long for what is left is left out)
+            parts[textwrap.dedent(source)] = None
     return "\n\n".join(reversed(parts))
 
 
