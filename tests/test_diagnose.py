@@ -2877,6 +2877,20 @@ def test_a_paste_quoted_fenced_or_with_its_frames_wrapped_reads_as_the_traceback
     assert _reading(diagnose.diagnose(text)) == _reading(diagnose.diagnose(report["error"]))
 
 
+@given(st.data())
+def test_a_report_s_error_as_a_notebook_s_output_reads_as_the_error(data: st.DataObject) -> None:
+    """A real report's error, as a notebook keeps it (an error output whose traceback is a list of lines, in a
+    notebook whose cells ran nothing else, or the output alone), reads as the error pasted."""
+    report = data.draw(st.sampled_from(PASTED_REPORTS), label="report")
+    note(report["id"])
+    output = {"output_type": "error", "ename": "RuntimeError", "evalue": "",
+              "traceback": report["error"].split("\n")}
+    book = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": "", "outputs": [output]}]}
+    shown = json.dumps(data.draw(st.sampled_from([book, output]), label="as"), indent=data.draw(st.sampled_from([None, 1])))
+    assert _reading(diagnose.diagnose(shown)) == _reading(diagnose.diagnose(report["error"]))
+
+
 def test_a_statement_over_several_lines_under_its_frame_is_read_whole() -> None:
     """The line that raised is the statement under the deepest frame, its continuation lines included (Python 3.13
     prints a statement over several lines; a narrow terminal wraps a long one), up to the caret line or the error."""
