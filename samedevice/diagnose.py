@@ -839,18 +839,25 @@ SIGNALS = {
 RUNS_A_MODEL = r"(?i)(?<![\w.])(?:self\.)?\w*(?:model|net|encoder|decoder|classifier)\w*(?:\.forward)?\s*\("
 
 
+def _parsed(code: str) -> ast.AST | None:
+    """The code's syntax tree, or None where it does not parse: a fragment, a null byte, code nested too deep. The
+    parser's SyntaxWarnings (an invalid escape in a pasted string) are not shown."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def read_code(code: str) -> tuple[str, ...]:
     """The signals the code shows: `ast` for what needs structure (a factory inside forward, a plain
     tensor attribute, layers in a plain list, the order of a load and a move), text for the rest."""
     code = _clean(code, paste=False)
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
-    try:  # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the parser's SyntaxWarnings (an invalid escape in a pasted string)
-            parsed: list[str] | None = _ast_signals(ast.parse(textwrap.dedent(_without_prompts(code))))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a fragment, a null byte, code nested too deep
-        parsed = None
-    found += parsed if parsed is not None else _text_signals(code)
+    # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
+    tree = _parsed(textwrap.dedent(_without_prompts(code)))
+    found += _ast_signals(tree) if tree is not None else _text_signals(code)
     if "cpu_device" in found and re.search(r"cuda|is_available\(|['\"](?:mps|xpu)", code):
         found.remove("cpu_device")  # the CPU is the fallback of a choice (`if torch.cuda.is_available(): ...`)
     if "batch_moved" in found and "batch_loop" in found:
@@ -1832,13 +1839,7 @@ def _as_ipython_ran(cell: str) -> str:
     cell = "\n".join(line for line in cell.splitlines() if not re.match(
         r"\s*(?:[\w, ]+=\s*[!%]|\?\??[\w.]|[\w.\[\]()]+\?\??\s*$)", line))
     cell = _without_prompts(cell)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(cell)
-    except (SyntaxError, ValueError):
-        return ""
-    return cell
+    return cell if _parsed(cell) is not None else ""
 
 
 # pytest's report of a failure: each entry's place (`path.py:12: in f` after its line, short; `path.py:12: ` or
@@ -1936,13 +1937,7 @@ def _pytest_entry(source: list[str]) -> tuple[str, str, str]:
     shown = [" " + line[1:] if i == at else line for i, line in enumerate(source[: at + 1]) if i >= (start or 0)
              and not re.fullmatch(r"\s*[~^]+\s*", line)]
     block = textwrap.dedent("\n".join(shown))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(block)
-    except (SyntaxError, ValueError):
-        block = ""
-    return (defined["name"] if defined else "<module>"), ran, block
+    return (defined["name"] if defined else "<module>"), ran, block if _parsed(block) is not None else ""
 
 
 @functools.lru_cache(maxsize=4)
