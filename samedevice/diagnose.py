@@ -857,7 +857,11 @@ def read_code(code: str) -> tuple[str, ...]:
     found = [name for name, rx in SIGNALS.items() if re.search(rx, code)]
     # a method pasted from inside its class keeps the class's indent; a session keeps its prompts
     tree = _parsed(textwrap.dedent(_without_prompts(code)))
-    found += _ast_signals(tree) if tree is not None else _text_signals(code)
+    try:
+        parsed = _ast_signals(tree) if tree is not None else None
+    except (RecursionError, MemoryError):  # a tree nested too deep to walk
+        parsed = None
+    found += parsed if parsed is not None else _text_signals(code)
     if "cpu_device" in found and re.search(r"cuda|is_available\(|['\"](?:mps|xpu)", code):
         found.remove("cpu_device")  # the CPU is the fallback of a choice (`if torch.cuda.is_available(): ...`)
     if "batch_moved" in found and "batch_loop" in found:
