@@ -823,6 +823,7 @@ SIGNALS = {
     "lengths_list": r"(?m)^[^#\n]*\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?"
                     r"(?:\[|[\w.]+\.tolist\(\)|list\()",
     "pack_sequence": r"(?m)^[^#\n]*\bpack_sequence\(",
+    "pack_padded": r"(?m)^[^#\n]*\bpack_padded_sequence\(",
     "compiled": r"(?m)^[^#\n]*\btorch\.compile\b",
     # a Distribution built from a tensor of one or more dimensions made without device=: its parameters on the CPU.
     # Built from Python numbers (0-dim), they pass as scalars beside device tensors since 1.x; before, they did not
@@ -1750,12 +1751,6 @@ ELSEWHERE = (
               "host with a GPU, install the CUDA build (python -c 'import torch; print(torch.version.cuda)' prints "
               "None); on a CPU host, ask for the CPU. Raised while loading a checkpoint saved on a GPU, the scenario "
               "below is the lesson"),
-    # lengths on the device: the user's by design, unless a default device made them there (its lesson's mechanism)
-    Elsewhere("lengths", ("global_default_device",), ("default_device", "pack_sequence"),
-              "pack_padded_sequence reads its lengths on the host and takes them on the CPU by design (since 1.7): "
-              "pass `lengths.cpu()` (or a list); the catalog teaches tensors mixed by mistake, not this. Where a "
-              "default device is set (torch.set_default_device), a lengths tensor made without device= lands on it: "
-              "the scenario below"),
     # a GPU that takes one process (exclusive-process compute mode) refuses the second: where several ranks run,
     # every rank touching GPU 0 is two lessons' case; elsewhere another process, the driver or a container is
     Elsewhere("devices_busy", ("ddp_rank_map_location", "index_less_device"),
@@ -2206,7 +2201,7 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
         if lean in clues.leans:  # weighs as a prior: it orders the candidates, never names one alone (shown)
             total += WEIGHTS["lean"]
             why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
-    for signal in set(clues.against) & set(facts.code):  # the code shows what this scenario's broken code lacks
+    for signal in set(clues.against) & set(facts.code + facts.frames):  # the input shows what its broken code lacks
         total -= 2 * WEIGHTS["code"]
         why.append(f"but the code: {CODE_WHY.get(signal, signal)}")
     total += WEIGHTS["prior"] * clues.prior
@@ -2262,7 +2257,8 @@ CODE_WHY = {
     "batch_loop": "batches are read from a loader in a loop", "device_check": "the code reads a module's device "
     "from its parameters (`next(model.parameters()).device`)",
     "moves_inputs": "the inputs are moved to the device", "lengths_list": "pack_padded_sequence is given its lengths "
-    "as a list", "pack_sequence": "pack_sequence is called", "compiled": "the model is compiled (torch.compile)",
+    "as a list", "pack_sequence": "pack_sequence is called",
+    "pack_padded": "pack_padded_sequence is called", "compiled": "the model is compiled (torch.compile)",
     "distribution_cpu": "a Distribution is built from a tensor made without device=",
     "distribution_scalar": "a Distribution is built from Python numbers",
     "lerp_cpu_scalar": "lerp's weight is a 0-dim tensor made on the CPU",
@@ -2518,7 +2514,7 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     # an embedding's `index` on CPU is a tokenizer's output, a batch never moved, an index built by hand, an
     # offloaded encoder's device read. Only the traceback's frames or the code show the case.
     # and a lesson the code speaks against (its fix shown) is never named alone
-    against = set(registry.get(top[0].slug).clues.against) & set(facts.code)
+    against = set(registry.get(top[0].slug).clues.against) & set(facts.code + facts.frames)
     if against or (len(top) > 1 and (top[0].score < FOUND or top[0].score - top[1].score <= WEIGHTS["prior"]
                                      or not shown(facts, registry.get(top[0].slug), registry.get(top[1].slug)))):
         scenario = registry.get(top[0].slug)

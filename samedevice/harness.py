@@ -93,6 +93,14 @@ def timestep_batches(steps: int) -> list[InputsBatch]:
     return [((x, torch.randint(0, steps, (len(x),), generator=g)), y) for x, y in batches()]
 
 
+def padded_batches(longest: int = 5) -> list[InputsBatch]:
+    """Batches whose input is `(x, lengths)`: sequences padded to `longest` steps of 8 features, and each one's
+    own length (1 to `longest`), as a DataLoader's collate of variable-length samples gives them."""
+    g = torch.Generator().manual_seed(3)
+    return [((torch.randn(len(x), longest, 8, generator=g), torch.randint(1, longest + 1, (len(x),), generator=g)), y)
+            for x, y in batches()]
+
+
 def noisy(data: list[Batch]) -> list[Batch]:
     """The batches with noise drawn now from the global CPU generator, as data augmentation does:
     the numbers a run sees depend on the RNG state it resumes with."""

@@ -62,6 +62,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     # DataParallel's own check of the module against device_ids[0] (torch/nn/parallel/data_parallel.py)
     "dataparallel": ("RuntimeError", r"module must have its parameters and buffers on device \S+ \(device_ids\[0\]\) "
                                      r"but found one of them on device: \S+"),
+    # pack_padded_sequence's own check of its lengths (aten/src/ATen/native/PackedSequence.cpp, checkLongTensor)
+    "lengths": ("RuntimeError", r"'lengths' argument should be a 1D CPU int64 tensor"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -97,7 +99,7 @@ class Clues:
     arguments: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
-    against: tuple[str, ...] = ()  # code signals that speak against it (the model moved, for "never moved")
+    against: tuple[str, ...] = ()  # code signals or frames that speak against it (the model moved, for "never moved")
     leans: tuple[str, ...] = ()  # code signals or frames that order the candidates but never name it alone
     older: tuple[str, ...] = ()  # message templates of releases older than its mechanism: the message's own evidence
     # for it (the op, the argument) counts for less there
@@ -374,6 +376,15 @@ SCENARIOS: tuple[Scenario, ...] = (
                          against=("draw_device_given",),  # the draw's device written in the call: no default's
                          prior=0.5, confirm="print(torch.get_default_device()) where the loader is iterated",
                          question="is a default device set (torch.set_default_device, set_default_tensor_type)?")),
+    # the one input PyTorch takes on the CPU whatever the device: the message is its own, and so is the lesson, unless
+    # a default device made the lengths there (the scenario above: pack_sequence's own tensor of lengths)
+    Scenario("pack_padded_lengths", "A padded batch's lengths moved to the device with it: pack_padded_sequence "
+             "takes them on the CPU", "user reports", _accelerators("lengths"),
+             clues=Clues(kinds=("lengths",), pairs=(), templates=("lengths",), code=("pack_padded",),
+                         against=("default_device", "pack_sequence", "lengths_list"), prior=0.6,
+                         confirm="print(lengths.device) where pack_padded_sequence is called: it must say cpu",
+                         question="are the lengths your batch's, moved to the device with it (this scenario), or made "
+                         "while a default device is set (torch.set_default_device, set_default_tensor_type)?")),
     # Beyond the articles: checkpoints
     # deserialize where the host that resumes can be played without the device (the emulator's absent
     # host); a real accelerator cannot be hidden from its own process, so there the resume runs

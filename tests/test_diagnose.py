@@ -850,8 +850,6 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
      "not_device_error", "differ in dtype"),
     ("RuntimeError: expected device cuda:0 and dtype Float but got device cuda:0 and dtype Long", "not_device_error",
      "differ in dtype"),
-    ("RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor",
-     "not_in_catalog", "lengths.cpu()"),
     ("RuntimeError: Expected a 'cuda:0' generator device but found 'cuda'", "fixed_upstream",
      "fixed upstream in PyTorch 1.9.0"),
     ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at "
@@ -877,7 +875,6 @@ def test_a_frame_two_scenarios_share_names_neither_alone() -> None:
     ("RuntimeError: CUDA error: invalid device ordinal", "not_in_catalog", "LOCAL_RANK"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "not_in_catalog",
      "get_arch_list"),
-    ("RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor", "not_in_catalog", "lengths.cpu()"),
     # a kernel reading memory it may not: an unchecked kernel given another device's tensor, or its own bug
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "not_in_catalog",
      "torch.cuda.current_device()"),
@@ -1000,12 +997,12 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     # a fused kernel without a version: a cause of today (its `step` or its moments on the CPU), not the bug of 2.0
     (FUSED_STEP, "", "ambiguous"),
     (FUSED_STEP + "\ntorch==2.1.0", "", "ambiguous"),
-    # lengths made a tensor by the user (on the device, or rebound after the list), or a list on a release that makes
-    # it on the CPU: the lengths' own device, by design
+    # lengths made a tensor by the user (on the device, or rebound after the list): the lengths moved, the scenario's
+    # case; a list on a release that makes it on the CPU: not its case either (its code gives a tensor), candidates
     (LENGTHS, "lens = torch.tensor([len(s) for s in seqs])\npacked = pack_padded_sequence(padded, lens)\n",
-     "not_in_catalog"),
-    (LENGTHS, PACK_LIST.replace("\npacked", "\nlens = torch.tensor(lens).cuda()\npacked"), "not_in_catalog"),
-    (LENGTHS + "\ntorch==2.1.2", PACK_LIST, "not_in_catalog"),
+     "scenario"),
+    (LENGTHS, PACK_LIST.replace("\npacked", "\nlens = torch.tensor(lens).cuda()\npacked"), "scenario"),
+    (LENGTHS + "\ntorch==2.1.2", PACK_LIST, "ambiguous"),
     # a sparse tensor's indices and values on two devices without an old release shown, or with a later one: the
     # user's own two devices, which no lesson teaches (the note names the old bug for an older release)
     (SPARSE, SPARSE_CODE, "not_in_catalog"),
@@ -1013,7 +1010,7 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     ("RuntimeError: device of ccol_indices (=cpu) must match device of values (=cuda:0)", "", "not_in_catalog"),
     ("RuntimeError: device of crow_indices (=cpu) must match device of col_indices (=cuda:0)", "", "not_in_catalog"),
     ("RuntimeError: Values and crow_indices need to be on the same device.", "", "not_in_catalog"),
-    (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "not_in_catalog"),
+    (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "scenario"),
 ])
 def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
                                                                           verdict: str) -> None:
@@ -1021,6 +1018,8 @@ def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: 
     assert result.verdict == verdict, result.note
     if text.startswith(FUSED_STEP) or "capturable=True" in code:
         assert "capturable_step" in [m.slug for m in result.matches]
+    if text.startswith(LENGTHS):
+        assert result.matches[0].slug == "pack_padded_lengths"
 
 
 @pytest.mark.parametrize(("text", "devices"), [
@@ -2358,21 +2357,22 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 596 covered reports, forty-one batches (354 of the first seventeen before the label audit, 367 after); six
+    # 602 covered reports, forty-one batches (354 of the first seventeen before the label audit, 367 after); six
     # that were "not in the catalog" name the mechanism of a scenario that landed since, param_group_tensor's (three
-    # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses
+    # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses.
+    # Six more, pack_padded_sequence given its lengths on the device, are pack_padded_lengths' since it landed
     floor = {True: (0.67, 0.86), False: (0.63, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 76 of 238 with the code, 72 without (of the tenth to forty-first batches' 184, 16 were right on
+    # the rest: 70 of 232 with the code, 66 without (of the tenth to forty-first batches' 184, 16 were right on
     # arrival: the thirty-first brought 7, none right on arrival, mostly web UIs' own placement of offloaded models)
-    assert result["rest_right"] >= {True: 0.31, False: 0.30}[with_code], result["misses"]
+    assert result["rest_right"] >= {True: 0.30, False: 0.28}[with_code], result["misses"]
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
     # hands the batch back on the CPU) and breaks elsewhere
     assert result["rest_named"] <= {True: 10, False: 6}[with_code], result["misses"]
-    # one lesson named: 184 of 199 right with the code, 138 of 147 without (a traceback cut before its message
+    # one lesson named: 186 of 201 right with the code, 139 of 148 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
@@ -2730,16 +2730,16 @@ CHOICE = ('if torch.cuda.is_available():\n    device = torch.device("cuda")\nels
      "    -((value - self.loc) ** 2) / (2 * var)\n" + TWO_DEVICES,
      "prior = Normal(0, 1)\nmu, std = policy(obs.cuda())\ndist = Normal(mu, std)\nlogp = dist.log_prob(batch['a'])\n",
      "ambiguous", None),
-    # a CPU default tensor type, or a commented-out default device: the lengths are the user's, by design
+    # a CPU default tensor type, or a commented-out default device: the lengths are the user's, moved to the device
     (LENGTHS, "torch.set_default_tensor_type(torch.DoubleTensor)\nlens = lengths.to(device)\n"
-     "packed = pack_padded_sequence(emb, lens)\n", "not_in_catalog", "global_default_device"),
-    (LENGTHS, "# torch.set_default_device('cuda')\npacked = pack_padded_sequence(emb, lens.cuda())\n", "not_in_catalog",
-     "global_default_device"),
+     "packed = pack_padded_sequence(emb, lens)\n", "scenario", "pack_padded_lengths"),
+    (LENGTHS, "# torch.set_default_device('cuda')\npacked = pack_padded_sequence(emb, lens.cuda())\n", "scenario",
+     "pack_padded_lengths"),
     # commented-out calls are no code: not a list of lengths, not pack_sequence
     (LENGTHS, "# packed = pack_padded_sequence(x, [2, 1])\npacked = pack_padded_sequence(x, lengths)\n",
-     "not_in_catalog", "global_default_device"),
+     "scenario", "pack_padded_lengths"),
     (LENGTHS, "# packed = pack_sequence(seqs)\nlens = torch.tensor(lens).cuda()\npacked = pack_padded_sequence(p, lens)\n",
-     "not_in_catalog", "global_default_device"),
+     "scenario", "pack_padded_lengths"),
     # the only lesson that fits, spoken against by the code (the draw's device written in its call): not named alone
     ("RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'",
      "torch.set_default_device('cuda')\nloader = DataLoader(ds, batch_size=8, shuffle=True)\n"

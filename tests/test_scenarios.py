@@ -1024,3 +1024,35 @@ def test_dataparallel_device_ids_on_the_wrong_device(accelerator: torch.device) 
     model = nn.Linear(4, 2)
     nn.DataParallel(model, device_ids=[0])
     assert model.weight.device == torch.device(accelerator.type, 0)
+
+
+# ---- pack_padded_lengths -------------------------------------------------------------------------
+
+
+@parametrize_cases(
+    Case("a_list", given=lambda lengths: lengths.tolist()),
+    Case("never_moved", given=lambda lengths: lengths),
+)
+def test_pack_padded_lengths_list_or_unmoved_fixes_it(given, accelerator: torch.device) -> None:
+    """The lengths as a list, or never moved to the device, pack as `lengths.cpu()` does: the packed data on the
+    device, its batch sizes on the CPU, and the RNN's output on the device."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    x, lengths = harness.padded_batches()[0][0]
+    packed = pack_padded_sequence(x.to(accelerator), given(lengths), batch_first=True, enforce_sorted=False)
+    expected = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    assert (packed.data.device, packed.batch_sizes.device) == (accelerator, torch.device("cpu"))
+    assert torch.equal(packed.batch_sizes, expected.batch_sizes)
+    output, _ = nn.GRU(8, 3, batch_first=True).to(accelerator)(packed)
+    assert output.data.device == accelerator
+
+
+def test_pack_padded_lengths_sorted_or_not(accelerator: torch.device) -> None:
+    """Sorted lengths given with enforce_sorted=True are refused on the device all the same: the check is of
+    their device, not their order."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    lengths = torch.tensor([4, 3, 1], device=accelerator)
+    with pytest.raises(RuntimeError, match=rf"'lengths' argument should be a 1D CPU int64 tensor, but got 1D "
+                                           rf"{accelerator} Long tensor"):
+        pack_padded_sequence(torch.ones(3, 4, 2, device=accelerator), lengths, batch_first=True)
