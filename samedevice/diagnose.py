@@ -777,6 +777,8 @@ SIGNALS = {
     "default_device": r"(?m)^[^#\n]*(?:set_default_device\(\s*(?!['\"]cpu['\"]|None\b|torch\.device\(\s*['\"]cpu)"
                       r"|set_default_tensor_type\([^)\n]*cuda)",
     "shuffle": r"\bshuffle\s*=\s*True",
+    # a generator made on a device (`torch.Generator(device="mps")`), not the CPU's
+    "device_generator": r"\bGenerator\(\s*device\s*=\s*(?![\"']cpu[\"'])",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
     "jit_trace": r"\bjit\.trace(?:_module)?\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
@@ -1702,6 +1704,13 @@ UPSTREAM = (
              "release a CPU tensor was moved there too: call it inside `with torch.device('cpu'):` (2.0) or with "
              "the CPU set back as the default", code="lengths_list",
              call=r"(?:[\w.]+\.)?pack_padded_sequence", unless=("pack_sequence",)),
+    # 2.1.0's RandomSampler handed its permutation to NumPy (torch/utils/data/sampler.py, pytorch/pytorch#103339):
+    # drawn with a DataLoader's generator on a device, it was made there, and NumPy refused it
+    Upstream("numpy", "numpy", "2.1.0", "2.1.1",
+             "PyTorch 2.1.0's RandomSampler turned its permutation into a NumPy array (pytorch/pytorch#103339); a "
+             "shuffling DataLoader given a generator on the device drew the permutation there, and NumPy refused "
+             "it. 2.1.1 reverted it (pytorch/pytorch#112187). On 2.1.0, give the DataLoader a CPU generator",
+             code="device_generator", needs=("sampler", "shuffle")),
     # torch.compile's fake tensors merged the devices of every op's inputs, and 2.0 refused copy_ (copy,
     # slice_scatter) between two, which eager allows: a copy moves the data (fake_tensor.py's handlers, 2.1.0)
     Upstream("mismatch", "fake_devices", "2.0.0", "2.1.0",
@@ -2238,7 +2247,8 @@ CODE_WHY = {
     "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
     "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",
-    "shuffle": "a DataLoader shuffles (shuffle=True)", "dataparallel": "the model is wrapped in nn.DataParallel",
+    "shuffle": "a DataLoader shuffles (shuffle=True)",
+    "device_generator": "a generator is made on a device", "dataparallel": "the model is wrapped in nn.DataParallel",
     "ddp": "the model is wrapped in DistributedDataParallel",
     "jit_trace": "the model is traced or exported (torch.jit.trace, torch.export, torch.onnx.export)",
     "meta": "a model is built on the meta device (device='meta', init_empty_weights, low_cpu_mem_usage, to_empty)",
@@ -2366,8 +2376,6 @@ NOT_TAUGHT = {
                    "rank its own, `torch.cuda.set_rng_state(states[local_rank], device=local_rank)`); no lesson of "
                    "the catalog covers this (rng_state_map_location teaches the CPU's RNG state loaded onto the "
                    "device)",
-    "numpy": "numpy reads host memory: a device tensor goes to numpy (or matplotlib, sklearn) as "
-             "`t.detach().cpu().numpy()`; the catalog teaches tensors mixed inside PyTorch, not this",
 }
 
 

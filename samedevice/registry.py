@@ -64,6 +64,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
                                      r"but found one of them on device: \S+"),
     # pack_padded_sequence's own check of its lengths (aten/src/ATen/native/PackedSequence.cpp, checkLongTensor)
     "lengths": ("RuntimeError", r"'lengths' argument should be a 1D CPU int64 tensor"),
+    # a device tensor handed to NumPy (torch/csrc/utils/tensor_numpy.cpp, tensor_to_numpy's check of the device)
+    "numpy": ("TypeError", r"can't convert \S+ device type tensor to numpy"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -385,6 +387,13 @@ SCENARIOS: tuple[Scenario, ...] = (
                          confirm="print(lengths.device) where pack_padded_sequence is called: it must say cpu",
                          question="are the lengths your batch's, moved to the device with it (this scenario), or made "
                          "while a default device is set (torch.set_default_device, set_default_tensor_type)?")),
+    # and where a tensor leaves PyTorch: NumPy reads host memory
+    Scenario("device_tensor_to_numpy", "Model outputs on the device handed to NumPy: it reads host memory",
+             "user reports", _accelerators("numpy"),
+             clues=Clues(kinds=("numpy",), pairs=(), templates=("numpy",), prior=0.5,
+                         confirm="print(t.device) of the tensor handed to NumPy (np.*, .numpy(), sklearn, "
+                         "matplotlib): it must say cpu",
+                         question="which tensor reaches NumPy on the device: an output, a loss, a metric's state?")),
     # Beyond the articles: checkpoints
     # deserialize where the host that resumes can be played without the device (the emulator's absent
     # host); a real accelerator cannot be hidden from its own process, so there the resume runs

@@ -919,6 +919,10 @@ CTC_CUDNN = ('  File "/env/lib/python3.10/site-packages/torch/nn/functional.py",
 LERP = "import torch\ntorch.lerp(torch.randn(10).cuda(), torch.randn(10).cuda(), torch.tensor(0.5))\n"
 TWO_DEVICES = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 LENGTHS = "RuntimeError: 'lengths' argument should be a 1D CPU int64 tensor, but got 1D cuda:0 Long tensor"
+NUMPY_MPS = ("TypeError: can't convert mps:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+             "memory first.")
+DEVICE_GENERATOR = ('gen = torch.Generator(device=torch.device("mps:0"))\n'
+                    "loader = DataLoader(dataset, batch_size=8, shuffle=True, generator=gen)\n")
 PACK_LIST = "lens = [len(s) for s in seqs]\npacked = pack_padded_sequence(padded, lens, enforce_sorted=False)\n"
 SPARSE = "RuntimeError: device of indices (0) must match device of values (5)"
 SPARSE_CODE = ('device = torch.device("cuda:5" if torch.cuda.is_available() else "cpu")\n'
@@ -948,6 +952,9 @@ SPARSE_CODE = ('device = torch.device("cuda:5" if torch.cuda.is_available() else
     (LENGTHS.replace("'", "\u2018", 1).replace("'", "\u2019", 1),
      "torch.set_default_device(\u2018cuda\u2019)\nlens = [2, 1]\npack_padded_sequence(seq, lens)\n", "2.1.0"),
     (LENGTHS + "\ntorch==2.0.1", "out = nn.utils.rnn.pack_padded_sequence(emb, lengths=lens.tolist())\n", "2.1.0"),
+    # 2.1.0's RandomSampler handed a permutation drawn on a DataLoader's device generator to NumPy
+    (NUMPY_MPS, DEVICE_GENERATOR, "2.1.1"),
+    (NUMPY_MPS + "\ntorch==2.1.0", DEVICE_GENERATOR, "2.1.1"),
     ('  File "model.py", line 12, in forward\n    x = pack_padded_sequence(x, lengths.tolist(), batch_first=True)\n'
      '  File "/env/lib/python3.8/site-packages/torch/nn/utils/rnn.py", line 249, in pack_padded_sequence\n'
      "    _VF._pack_padded_sequence(input, lengths, batch_first)\n" + LENGTHS, "", "2.1.0"),
@@ -1011,6 +1018,10 @@ def test_a_bug_fixed_upstream_is_told_by_its_call_its_code_or_its_version(text: 
     ("RuntimeError: device of crow_indices (=cpu) must match device of col_indices (=cuda:0)", "", "not_in_catalog"),
     ("RuntimeError: Values and crow_indices need to be on the same device.", "", "not_in_catalog"),
     (LENGTHS, "x = pack_padded_sequence(emb[:, 1:], lens, batch_first=True)\n", "scenario"),
+    # a device tensor handed to NumPy on a release after the sampler's, or by code with a CPU generator: the lesson
+    (NUMPY_MPS + "\ntorch==2.1.1", DEVICE_GENERATOR, "scenario"),
+    (NUMPY_MPS, DEVICE_GENERATOR.replace('torch.device("mps:0")', '"cpu"'), "scenario"),
+    (NUMPY_MPS, "preds = np.concatenate([model(x) for x in batches])\n", "scenario"),
 ])
 def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: str, code: str,
                                                                           verdict: str) -> None:
@@ -1020,6 +1031,8 @@ def test_the_same_messages_without_the_old_bugs_mark_are_not_called_fixed(text: 
         assert "capturable_step" in [m.slug for m in result.matches]
     if text.startswith(LENGTHS):
         assert result.matches[0].slug == "pack_padded_lengths"
+    if text.startswith(NUMPY_MPS):
+        assert result.matches[0].slug == "device_tensor_to_numpy"
 
 
 @pytest.mark.parametrize(("text", "devices"), [
@@ -1529,8 +1542,8 @@ def test_code_does_not_turn_another_error_into_a_device_one() -> None:
 
 def test_what_pytorch_raises_on_a_meta_model_s_move_and_a_device_tensor_s_numpy_is_read() -> None:
     """The messages as PyTorch raises them: `.to(device)` of a model built on meta (meta_param_not_materialized's
-    mechanism, or offloaded weights), and `.numpy()` of a device tensor (a device error the catalog does not
-    teach, said so with what to do)."""
+    mechanism, or offloaded weights), and `.numpy()` of a device tensor (device_tensor_to_numpy's message, which
+    no other scenario gives: named alone)."""
     import torch
 
     from samedevice import emulator
@@ -1546,9 +1559,8 @@ def test_what_pytorch_raises_on_a_meta_model_s_move_and_a_device_tensor_s_numpy_
     with pytest.raises(TypeError, match="numpy") as numpy:
         torch.ones(2, device=emulator.device()).numpy()
     result = diagnose.diagnose(f"{numpy.type.__name__}: {numpy.value}")
-    assert (result.verdict, result.facts.devices) == ("not_in_catalog", ("emulated:0",))
-    assert ".cpu().numpy()" in result.note
-    assert not result.matches
+    assert (result.verdict, result.facts.devices) == ("scenario", ("emulated:0",))
+    assert [m.slug for m in result.matches] == ["device_tensor_to_numpy"]
 
 
 THIRD_PARTY_STEP = """Traceback (most recent call last):
@@ -2357,22 +2369,24 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     version reaches on them. Each batch was measured on arrival (tests/data/README.md); the misses of the later ones
     prompted rules since, so these floors guard against a fall, not a claim of reports unseen."""
     result: dict[str, Any] = evaluate(HELD_OUT, with_code)
-    # 602 covered reports, forty-one batches (354 of the first seventeen before the label audit, 367 after); six
+    # 611 covered reports, forty-one batches (354 of the first seventeen before the label audit, 367 after); six
     # that were "not in the catalog" name the mechanism of a scenario that landed since, param_group_tensor's (three
     # bare messages and a fused kernel's crash) or plain_tensor_attribute's (a library's own module): they stay misses.
-    # Six more, pack_padded_sequence given its lengths on the device, are pack_padded_lengths' since it landed
+    # Fifteen more were relabelled when their scenario landed: six of pack_padded_sequence given its lengths on the
+    # device (pack_padded_lengths), nine of a device tensor handed to NumPy (device_tensor_to_numpy)
     floor = {True: (0.67, 0.86), False: (0.63, 0.83)}[with_code]
     assert result["top1"] >= floor[0], result["misses"]
     assert result["top3"] >= floor[1], result["misses"]
-    # the rest: 70 of 232 with the code, 66 without (of the tenth to forty-first batches' 184, 16 were right on
+    # the rest: 63 of 223 with the code, 58 without (of the tenth to forty-first batches' 184, 16 were right on
     # arrival: the thirty-first brought 7, none right on arrival, mostly web UIs' own placement of offloaded models)
-    assert result["rest_right"] >= {True: 0.30, False: 0.28}[with_code], result["misses"]
+    assert result["rest_right"] >= {True: 0.28, False: 0.26}[with_code], result["misses"]
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
-    # hands the batch back on the CPU) and breaks elsewhere
-    assert result["rest_named"] <= {True: 10, False: 6}[with_code], result["misses"]
-    # one lesson named: 186 of 201 right with the code, 139 of 148 without (a traceback cut before its message
+    # hands the batch back on the CPU) and breaks elsewhere; without the code, 2.1.0's sampler handing a device
+    # generator's permutation to NumPy reads as the NumPy lesson (its code shows the generator)
+    assert result["rest_named"] <= {True: 10, False: 7}[with_code], result["misses"]
+    # one lesson named: 194 of 209 right with the code, 147 of 157 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]

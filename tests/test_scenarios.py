@@ -1056,3 +1056,23 @@ def test_pack_padded_lengths_sorted_or_not(accelerator: torch.device) -> None:
     with pytest.raises(RuntimeError, match=rf"'lengths' argument should be a 1D CPU int64 tensor, but got 1D "
                                            rf"{accelerator} Long tensor"):
         pack_padded_sequence(torch.ones(3, 4, 2, device=accelerator), lengths, batch_first=True)
+
+
+# ---- device_tensor_to_numpy ----------------------------------------------------------------------
+
+
+@parametrize_cases(
+    Case("asarray", into=lambda t: np.asarray(t)),
+    Case("mean_of_a_list", into=lambda t: np.mean([t, t])),
+    Case("isclose", into=lambda t: np.isclose(t, 1.0)),
+    Case("numpy", into=lambda t: t.numpy()),
+)
+def test_device_tensor_to_numpy_every_way_in(into, accelerator: torch.device) -> None:
+    """Whichever way a device tensor reaches NumPy, it is refused in the scenario's words; on the host, by `.cpu()`,
+    `.item()` or `.tolist()`, it gives NumPy the CPU's numbers."""
+    cpu = torch.tensor([0.5, 1.5])
+    with pytest.raises(TypeError, match=rf"can't convert {accelerator} device type tensor to numpy"):
+        into(cpu.to(accelerator))
+    on_device = cpu.to(accelerator)
+    assert np.array_equal(np.asarray(into(on_device.cpu())), np.asarray(into(cpu)))
+    assert np.mean([on_device[0].item(), on_device[1].item()]) == np.mean(cpu.tolist()) == np.mean(on_device.tolist())
