@@ -1121,6 +1121,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("draw_device_given")
     if any(_lengths_given_as_list(tree, n) for n in calls if _call_name(n).endswith("pack_padded_sequence")):
         found.append("lengths_list")
+    if _accumulates_on_the_cpu(tree):
+        found.append("cpu_accumulator")
     if moves:
         found.append("model_moved")
     modules = _bound_to_a_module(tree)
@@ -1334,6 +1336,17 @@ def _called_on_device(tree: ast.AST, calls: list[ast.Call], assigns: list[ast.As
 
 MODEL_NAME = r"(?i)\w*(?:model|net|encoder|decoder|classifier|module)\w*"  # a name that says it holds a model
 Position = tuple[int, int]  # a node's line and column: on one line, `m = load(...); out = m(x)` binds before it runs
+
+
+def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
+    """A name bound to a tensor made on the CPU (`total = torch.zeros(())`) and updated in place later (`total +=
+    loss`), outside a forward (where a tensor made without device= is the factory's lesson): a running total."""
+    forwards = {n for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name == "forward"
+                for n in ast.walk(fn)}
+    made = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and n not in forwards
+            and _made_on_the_cpu(n.value) for t in n.targets if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in made
+               and n not in forwards for n in ast.walk(tree))
 
 
 def _made_on_the_cpu(node: ast.AST) -> bool:
@@ -2248,7 +2261,9 @@ CODE_WHY = {
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
     "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",
     "shuffle": "a DataLoader shuffles (shuffle=True)",
-    "device_generator": "a generator is made on a device", "dataparallel": "the model is wrapped in nn.DataParallel",
+    "device_generator": "a generator is made on a device",
+    "cpu_accumulator": "a tensor made on the CPU is updated in place (a running total)",
+    "dataparallel": "the model is wrapped in nn.DataParallel",
     "ddp": "the model is wrapped in DistributedDataParallel",
     "jit_trace": "the model is traced or exported (torch.jit.trace, torch.export, torch.onnx.export)",
     "meta": "a model is built on the meta device (device='meta', init_empty_weights, low_cpu_mem_usage, to_empty)",

@@ -270,6 +270,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                          # own forward: the first candidate of a bare message
                          code=("factory_in_forward", "factory_raised", "factory_no_device", "called_on_device",
                                "local_indexed"), prior=0.8,
+                         # a tensor made on the CPU outside forward and updated in place there: a running total's case
+                         against=("cpu_accumulator",),
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
@@ -378,6 +380,16 @@ SCENARIOS: tuple[Scenario, ...] = (
                          against=("draw_device_given",),  # the draw's device written in the call: no default's
                          prior=0.5, confirm="print(torch.get_default_device()) where the loader is iterated",
                          question="is a default device set (torch.set_default_device, set_default_tensor_type)?")),
+    # a 0-dim CPU tensor joins a device op as a scalar (TensorIterator's rule); a 0-dim device tensor is no scalar to
+    # the CPU's ops: in place in a CPU tensor, or beside a CPU tensor of one or more dimensions, it is a mismatch
+    Scenario("device_scalar_into_cpu", "A running total kept as a CPU tensor, the device's loss added into it: the "
+             "scalar exemption runs one way", "user reports", _accelerators("mismatch"),
+             # (1.6 to 1.x counted a CPU scalar written in place as one of the CPU scalars a CUDA kernel takes)
+             clues=Clues(templates=("cpu_scalars",), code=("cpu_accumulator",), prior=0.1,
+                         confirm="print the devices of the line's tensors: a CPU tensor (a total, a restored best "
+                         "score) beside a 0-dim device tensor (a loss, a metric)",
+                         question="is a CPU tensor (a running total, a best score restored with map_location='cpu') "
+                         "combined with a 0-dim device tensor (a loss, a metric)?")),
     # the one input PyTorch takes on the CPU whatever the device: the message is its own, and so is the lesson, unless
     # a default device made the lengths there (the scenario above: pack_sequence's own tensor of lengths)
     Scenario("pack_padded_lengths", "A padded batch's lengths moved to the device with it: pack_padded_sequence "

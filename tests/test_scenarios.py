@@ -1076,3 +1076,32 @@ def test_device_tensor_to_numpy_every_way_in(into, accelerator: torch.device) ->
     on_device = cpu.to(accelerator)
     assert np.array_equal(np.asarray(into(on_device.cpu())), np.asarray(into(cpu)))
     assert np.mean([on_device[0].item(), on_device[1].item()]) == np.mean(cpu.tolist()) == np.mean(on_device.tolist())
+
+
+# ---- device_scalar_into_cpu ----------------------------------------------------------------------
+
+
+@parametrize_cases(
+    Case("cpu_scalar_into_a_device_op", op=lambda dev, cpu: dev(3) * cpu(0), raises=False),
+    Case("cpu_scalar_beside_a_device_scalar", op=lambda dev, cpu: cpu(0) + dev(0), raises=False),
+    Case("device_total_updated_with_a_cpu_scalar", op=lambda dev, cpu: dev(0).add_(cpu(0)), raises=False),
+    Case("cpu_total_updated_in_place", op=lambda dev, cpu: cpu(0).add_(dev(0)), raises=True),
+    Case("cpu_vector_beside_a_device_scalar", op=lambda dev, cpu: cpu(3) + dev(0), raises=True),
+    Case("cpu_vector_compared_with_a_device_scalar", op=lambda dev, cpu: cpu(1) > dev(0), raises=True),
+)
+def test_device_scalar_into_cpu_one_way(op, raises: bool, accelerator: torch.device) -> None:
+    """A 0-dim CPU tensor joins a device op as a scalar; a 0-dim device tensor joins no CPU op: not in place in a
+    CPU tensor, not beside a CPU tensor of one dimension (CUDA's TensorIterator rule, which the emulator copies)."""
+    def dev(n: int) -> torch.Tensor:
+        return torch.ones(n, device=accelerator) if n else torch.tensor(1.0, device=accelerator)
+
+    def cpu(n: int) -> torch.Tensor:
+        return torch.ones(n) if n else torch.tensor(1.0)
+
+    if raises:  # (MPS words its mismatches its own way: the registry's pattern for them)
+        message = registry.SYMPTOMS["mismatch"][1] if accelerator.type == "mps" else \
+            rf"{SAME}, but found at least two devices, {accelerator} and cpu!"
+        with pytest.raises(RuntimeError, match=message):
+            op(dev, cpu)
+    else:
+        assert op(dev, cpu).device == accelerator
