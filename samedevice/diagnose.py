@@ -30,7 +30,7 @@ import json
 import re
 import textwrap
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from samedevice import registry
@@ -217,9 +217,13 @@ TEMPLATES = (
        r"(?:found|got) (?:type )?(?:Variable\[)?(?P<b>torch(?:\.\w+)+)\]?(?: for argument #\d+ ?'(?P<arg>\w+)')?",
        "a pre-0.4 kernel's tensor-type check"),
     # TensorIterator lets a CUDA kernel read one 0-dim CPU tensor as a scalar, not two
-    # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op
+    # (aten/src/ATen/TensorIterator.cpp, compute_types): two 0-dim CPU tensors, a running sum or count, met a CUDA op.
+    # Before it skipped outputs (1.6 to 1.x: "CUDA kernel"), a 0-dim CPU tensor written in place counted as one
     _t("cpu_scalars", "mismatch", r"Trying to pass too many CPU scalars to CUDA kernel",
        "a CUDA op given more than one 0-dim CPU tensor (TensorIterator reads only one as a scalar)"),
+    # today's wording counts inputs only: two 0-dim CPU tensors given to one op on the device
+    _t("cpu_scalar_inputs", "cpu_scalars", r"Trying to pass too many CPU scalars to non-CPU kernel",
+       "an op on the device given two 0-dim CPU tensors"),
     # a _foreach op's list of scalars packed in a tensor must be on the CPU (aten/src/ATen/native/ForeachUtils.h,
     # convert_tensor_to_scalar_list): an optimizer's hyperparameters turned into device tensors
     _t("foreach_scalars", "foreach_scalars", r"Expected scalars to be on CPU, got (?P<a>" + DEVICE + r") instead",
@@ -778,7 +782,7 @@ SIGNALS = {
                       r"|set_default_tensor_type\([^)\n]*cuda)",
     "shuffle": r"\bshuffle\s*=\s*True",
     # a generator made on a device (`torch.Generator(device="mps")`), not the CPU's
-    "device_generator": r"\bGenerator\(\s*device\s*=\s*(?![\"']cpu[\"'])",
+    "device_generator": r"(?m)^[^#\n]*\bGenerator\(\s*device\s*=\s*(?!(?:torch\.device\(\s*)?[\"']cpu[\"'])",
     "dataparallel": r"\bDataParallel\(", "ddp": r"\bDistributedDataParallel\(",
     "jit_trace": r"\bjit\.trace(?:_module)?\(|\bexport\.export\w*\(|\bexport_for_\w+\(|\btorch\.onnx\.export\("
                  r"|from torch\.export import[^\n]*\bexport\b[\s\S]*?(?<![\w.])export\(",
@@ -826,6 +830,9 @@ SIGNALS = {
                     r"(?:\[|[\w.]+\.tolist\(\)|list\()",
     "pack_sequence": r"(?m)^[^#\n]*\bpack_sequence\(",
     "pack_padded": r"(?m)^[^#\n]*\bpack_padded_sequence\(",
+    # its lengths taken to the CPU in the call (`lengths.cpu()`, `.to("cpu")`): the lesson's fix, shown
+    "lengths_cpu": r"(?m)^[^#\n]*\bpack_padded_sequence\([^,\n]+,\s*(?:lengths\s*=\s*)?[\w.\[\]]+"
+                   r"\.(?:cpu\(\)|to\(\s*(?:torch\.device\()?[\"']cpu[\"'])",
     "compiled": r"(?m)^[^#\n]*\btorch\.compile\b",
     # a Distribution built from a tensor of one or more dimensions made without device=: its parameters on the CPU.
     # Built from Python numbers (0-dim), they pass as scalars beside device tensors since 1.x; before, they did not
@@ -1339,14 +1346,35 @@ Position = tuple[int, int]  # a node's line and column: on one line, `m = load(.
 
 
 def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
-    """A name bound to a tensor made on the CPU (`total = torch.zeros(())`) and updated in place later (`total +=
-    loss`), outside a forward (where a tensor made without device= is the factory's lesson): a running total."""
-    forwards = {n for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name == "forward"
-                for n in ast.walk(fn)}
-    made = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and n not in forwards
-            and _made_on_the_cpu(n.value) for t in n.targets if isinstance(t, ast.Name)}
-    return any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in made
-               and n not in forwards for n in ast.walk(tree))
+    """A running total: a name bound to a tensor made on the CPU (`total = torch.zeros(())`) and updated in place
+    with another tensor (`total += loss.detach()`), in a loop of one function (not a forward, where a tensor made
+    without device= is the factory's lesson; not a helper's one-off update) or in lines pasted at the top level. Not
+    updated with a number (`counts += 1`, `x /= 255.0`, `total += loss.item()`), nor with itself (`w /= w.sum()`)."""
+    def own(scope: ast.AST) -> Iterator[ast.AST]:  # the scope's nodes, not those of a function or class inside it
+        for child in ast.iter_child_nodes(scope):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                yield child
+                yield from own(child)
+
+    def another_tensor(value: ast.expr, name: str) -> bool:
+        if isinstance(value, ast.Call) and (_call_name(value) in ("float", "int")
+                                            or _call_name(value).endswith((".item", ".tolist"))):
+            return False
+        return any(isinstance(n, ast.Name) and n.id != name for n in ast.walk(value))
+
+    scopes = [tree] + [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       and fn.name != "forward"]
+    for scope in scopes:
+        nodes = list(own(scope))
+        looped = {n for loop in nodes if isinstance(loop, (ast.For, ast.While)) for n in own(loop)}
+        made = {t.id for n in nodes if isinstance(n, ast.Assign) and _made_on_the_cpu(n.value)
+                for t in n.targets if isinstance(t, ast.Name)}
+        if any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in made
+               and (scope is tree or n in looped)
+               and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and another_tensor(n.value, n.target.id)
+               for n in nodes):
+            return True
+    return False
 
 
 def _made_on_the_cpu(node: ast.AST) -> bool:
@@ -1649,6 +1677,9 @@ class Upstream:
                 and (self.message is None or re.search(self.message, facts.message) is not None))
 
 
+SAMPLER_NUMPY = ("PyTorch 2.1.0's RandomSampler turned its permutation into a NumPy array (pytorch/pytorch#103339): "
+                 "a shuffling DataLoader whose permutation was drawn on the device (its generator there, under a "
+                 "default device there) failed in NumPy. 2.1.1 reverted it (pytorch/pytorch#112187): upgrade")
 STEP_LEFT = ("from 1.12.1 to 2.0, Optimizer.load_state_dict left `step` where torch.load put it (the CPU, with "
              "map_location='cpu') for a fused or capturable optimizer too, whose kernel takes it on the parameter's "
              "device (pytorch/pytorch#103256); 2.1.0 moves it (pytorch/pytorch#102619). On those releases, move each "
@@ -1719,11 +1750,9 @@ UPSTREAM = (
              call=r"(?:[\w.]+\.)?pack_padded_sequence", unless=("pack_sequence",)),
     # 2.1.0's RandomSampler handed its permutation to NumPy (torch/utils/data/sampler.py, pytorch/pytorch#103339):
     # drawn with a DataLoader's generator on a device, it was made there, and NumPy refused it
-    Upstream("numpy", "numpy", "2.1.0", "2.1.1",
-             "PyTorch 2.1.0's RandomSampler turned its permutation into a NumPy array (pytorch/pytorch#103339); a "
-             "shuffling DataLoader given a generator on the device drew the permutation there, and NumPy refused "
-             "it. 2.1.1 reverted it (pytorch/pytorch#112187). On 2.1.0, give the DataLoader a CPU generator",
-             code="device_generator", needs=("sampler", "shuffle")),
+    Upstream("numpy", "numpy", "2.1.0", "2.1.1", SAMPLER_NUMPY, needs=("sampler",)),
+    Upstream("numpy", "numpy", "2.1.0", "2.1.1", SAMPLER_NUMPY, code="device_generator", needs=("shuffle",),
+             shown=True),
     # torch.compile's fake tensors merged the devices of every op's inputs, and 2.0 refused copy_ (copy,
     # slice_scatter) between two, which eager allows: a copy moves the data (fake_tensor.py's handlers, 2.1.0)
     Upstream("mismatch", "fake_devices", "2.0.0", "2.1.0",
@@ -1995,9 +2024,13 @@ def read(text: str, code: str = "") -> Facts:
     quoted = tuple(s for s in read_code(_code_lines(text)) if s != "model_never_moved")
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + quoted
                                   + _raised(text, template.name if template else None)))
+    if "cpu_accumulator" in signals:  # the lines' tensor made without device= is that running total
+        signals = tuple(signal for signal in signals if signal != "factory_no_device")
     if "attribute_raised" in signals and _registered(raising_line(text), code):
         signals = tuple(signal for signal in signals if signal != "attribute_raised")
     kind = template.kind if template else None
+    if template is not None and template.name == "numpy" and devices == ("meta",):
+        kind = "meta_copy"  # a meta tensor has no data to read: a model left on meta, or offloaded weights
     if template is not None and template.name == "fsdp_compute" and "cpu" in devices:
         kind = "mismatch"  # a flat parameter on the CPU, its module moved off the device: not the current device's
     if template is not None and template.name == "invalid_ordinal" and "serialization" in frames \
@@ -2263,6 +2296,7 @@ CODE_WHY = {
     "shuffle": "a DataLoader shuffles (shuffle=True)",
     "device_generator": "a generator is made on a device",
     "cpu_accumulator": "a tensor made on the CPU is updated in place (a running total)",
+    "lengths_cpu": "pack_padded_sequence is given its lengths taken to the CPU",
     "dataparallel": "the model is wrapped in nn.DataParallel",
     "ddp": "the model is wrapped in DistributedDataParallel",
     "jit_trace": "the model is traced or exported (torch.jit.trace, torch.export, torch.onnx.export)",
@@ -2313,6 +2347,9 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
+    "cpu_scalars": "an op on the device was given two 0-dim CPU tensors (a running count and a total, `torch.where(c, "
+                   "torch.tensor(0.), torch.tensor(1.))`): its kernel takes one as a scalar, not two. Make one on the "
+                   "device, or pass a Python number (`.item()`); no lesson of the catalog covers this",
     "device_name": "'{name}' is no device of this PyTorch, in a map_location or a torch.device: a name PyTorch never "
                    "had ('gpu' is none, nor a bare index: write 'cuda', 'cuda:0', 'mps' or 'cpu'), or a backend whose "
                    "package was not imported (torch_npu registers 'npu'); no lesson of the catalog covers this",
@@ -2437,6 +2474,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
                              "there): if the model was meant to run on the GPU, it never got there (print "
                              "next(model.parameters()).device); on the CPU, compute in float32 (`model.float()`)"
                              if half_on_cpu else ""))
+    if facts.template == "lengths" and re.search(r"but got \d+D cpu\b", facts.message):
+        return Diagnosis(facts, "not_device_error", note="the lengths are on the CPU but not one-dimensional (a 0-D "
+                         "tensor: `lengths.squeeze()` of a batch of one): pass a 1-D tensor (`lengths.view(-1)`) or a "
+                         "list; no device lesson applies")
     if facts.kind == "dtype" or one_device or (facts.template in ("input_weight", "legacy_type", "legacy_backend")
                                                and len(facts.devices) < 2):
         return Diagnosis(facts, "not_device_error", note="the tensors are on one device and differ in dtype: cast "

@@ -270,8 +270,6 @@ SCENARIOS: tuple[Scenario, ...] = (
                          # own forward: the first candidate of a bare message
                          code=("factory_in_forward", "factory_raised", "factory_no_device", "called_on_device",
                                "local_indexed"), prior=0.8,
-                         # a tensor made on the CPU outside forward and updated in place there: a running total's case
-                         against=("cpu_accumulator",),
                    confirm="audit.misplaced(device, model=model, batch=batch) "
                    "finds nothing: the tensor is made during the call", question=FORWARD_QUESTION)),
     Scenario("plain_list_layers", "Layers in a plain list or dict: .to, .parameters() and state_dict skip them",
@@ -395,7 +393,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("pack_padded_lengths", "A padded batch's lengths moved to the device with it: pack_padded_sequence "
              "takes them on the CPU", "user reports", _accelerators("lengths"),
              clues=Clues(kinds=("lengths",), pairs=(), templates=("lengths",), code=("pack_padded",),
-                         against=("default_device", "pack_sequence", "lengths_list"), prior=0.6,
+                         against=("default_device", "pack_sequence", "lengths_list", "lengths_cpu"), prior=0.6,
                          confirm="print(lengths.device) where pack_padded_sequence is called: it must say cpu",
                          question="are the lengths your batch's, moved to the device with it (this scenario), or made "
                          "while a default device is set (torch.set_default_device, set_default_tensor_type)?")),

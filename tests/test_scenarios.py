@@ -1047,15 +1047,20 @@ def test_pack_padded_lengths_list_or_unmoved_fixes_it(given, accelerator: torch.
     assert output.data.device == accelerator
 
 
-def test_pack_padded_lengths_sorted_or_not(accelerator: torch.device) -> None:
-    """Sorted lengths given with enforce_sorted=True are refused on the device all the same: the check is of
-    their device, not their order."""
+@pytest.mark.parametrize(("lengths", "enforce_sorted"), [([4, 3, 1], True), ([1, 4, 3], False)],
+                         ids=["sorted", "unsorted"])
+def test_pack_padded_lengths_sorted_or_not(lengths: list[int], enforce_sorted: bool, accelerator: torch.device) -> None:
+    """Lengths on the device are refused sorted (enforce_sorted=True) or not (False, which sorts them first): the
+    check is of their device, not their order; on the CPU both pack."""
     from torch.nn.utils.rnn import pack_padded_sequence
 
-    lengths = torch.tensor([4, 3, 1], device=accelerator)
+    x = torch.ones(3, 4, 2, device=accelerator)
     with pytest.raises(RuntimeError, match=rf"'lengths' argument should be a 1D CPU int64 tensor, but got 1D "
                                            rf"{accelerator} Long tensor"):
-        pack_padded_sequence(torch.ones(3, 4, 2, device=accelerator), lengths, batch_first=True)
+        pack_padded_sequence(x, torch.tensor(lengths, device=accelerator), batch_first=True,
+                             enforce_sorted=enforce_sorted)
+    packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=True, enforce_sorted=enforce_sorted)
+    assert packed.batch_sizes.tolist() == [3, 2, 2, 1]
 
 
 # ---- device_tensor_to_numpy ----------------------------------------------------------------------
@@ -1073,9 +1078,14 @@ def test_device_tensor_to_numpy_every_way_in(into, accelerator: torch.device) ->
     cpu = torch.tensor([0.5, 1.5])
     with pytest.raises(TypeError, match=rf"can't convert {accelerator} device type tensor to numpy"):
         into(cpu.to(accelerator))
-    on_device = cpu.to(accelerator)
-    assert np.array_equal(np.asarray(into(on_device.cpu())), np.asarray(into(cpu)))
-    assert np.mean([on_device[0].item(), on_device[1].item()]) == np.mean(cpu.tolist()) == np.mean(on_device.tolist())
+    assert np.array_equal(np.asarray(into(cpu.to(accelerator).cpu())), np.asarray(into(cpu)))
+
+
+def test_device_tensor_to_numpy_a_scalar_by_item_a_list_by_tolist(accelerator: torch.device) -> None:
+    """A loss for the log is a Python number by `.item()`, outputs a list by `.tolist()`: NumPy takes both, and they
+    hold the device's numbers."""
+    on_device = torch.tensor([0.5, 1.5], device=accelerator)
+    assert np.mean([on_device[0].item(), on_device[1].item()]) == np.mean(on_device.tolist()) == 1.0
 
 
 # ---- device_scalar_into_cpu ----------------------------------------------------------------------
@@ -1088,6 +1098,8 @@ def test_device_tensor_to_numpy_every_way_in(into, accelerator: torch.device) ->
     Case("cpu_total_updated_in_place", op=lambda dev, cpu: cpu(0).add_(dev(0)), raises=True),
     Case("cpu_vector_beside_a_device_scalar", op=lambda dev, cpu: cpu(3) + dev(0), raises=True),
     Case("cpu_vector_compared_with_a_device_scalar", op=lambda dev, cpu: cpu(1) > dev(0), raises=True),
+    Case("cpu_vector_updated_in_place", op=lambda dev, cpu: cpu(3).add_(dev(0)), raises=True),
+    Case("device_scalar_first_beside_a_cpu_vector", op=lambda dev, cpu: dev(0) * cpu(3), raises=True),
 )
 def test_device_scalar_into_cpu_one_way(op, raises: bool, accelerator: torch.device) -> None:
     """A 0-dim CPU tensor joins a device op as a scalar; a 0-dim device tensor joins no CPU op: not in place in a
