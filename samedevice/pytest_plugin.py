@@ -30,9 +30,9 @@ import inspect
 import sys
 import textwrap
 import traceback
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
 
 import pytest
 import torch
@@ -188,12 +188,31 @@ DIAGNOSED_CHARS = 20_000  # of a failing test's traceback, the end the diagnosis
 PACKAGE = Path(__file__).resolve().parent
 
 
-def _user_code(tb: TracebackType | None) -> str:
+def _own(code: CodeType) -> bool:
+    """Code of the user's own: not a library's (site-packages, torch), nor this package's, nor code with no file."""
+    if diagnose.LIBRARY.search(code.co_filename):
+        return False
+    path = Path(code.co_filename)
+    return path.is_file() and PACKAGE not in path.resolve().parents
+
+
+def _fixtures(item: pytest.Item) -> list[Callable[..., object]]:
+    """The functions of the fixtures the test used, in the order pytest sets them up (its closure of the test's
+    fixture names), each the definition that applied to this test (the last of its overrides). pytest lists a
+    test's fixture definitions only in its own `_fixtureinfo`: where that is missing, none."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", None) or {}
+    return [defs[name][-1].func for name in getattr(item, "fixturenames", ()) if defs.get(name)]
+
+
+def _user_code(tb: TracebackType | None, before: Iterable[Callable[..., object]] = ()) -> str:
     """The code of the user's own frames the traceback passes through, as `--code` gives it to the diagnosis: a
     module's method, its class's whole source (its `__init__` keeps the tensors `forward` reads: the class that
     defines the method, not a subclass); another function, its own source (a test's, not its test class's). Not a
     library's frames (site-packages, torch), nor this package's, nor code with no file. Whole sources, nearest the
-    error first, up to DIAGNOSED_CHARS; a frame whose source cannot be read is left out."""
+    error first, up to DIAGNOSED_CHARS; a frame whose source cannot be read is left out. Then, with what the budget
+    leaves, the functions that ran `before` the test's frames (its fixtures, which build and load what the test
+    runs), read first as they ran first."""
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
@@ -202,12 +221,11 @@ def _user_code(tb: TracebackType | None) -> str:
     seen: set[object] = set()
     for frame in reversed(frames):  # nearest the error first: what a budget keeps
         code = frame.f_code
-        if code in seen or diagnose.LIBRARY.search(code.co_filename):
+        if code in seen:
             continue
         seen.add(code)
         try:
-            path = Path(code.co_filename)
-            if not path.is_file() or PACKAGE in path.resolve().parents:
+            if not _own(code):
                 continue
             owner = frame.f_locals.get("self") if code.co_varnames[:1] == ("self",) else None
             defining = next((c for c in type(owner).__mro__ if any(getattr(f, "__code__", None) is code
@@ -223,7 +241,19 @@ def _user_code(tb: TracebackType | None) -> str:
             break  # (at most 64 functions and classes: a recursion repeats one, read once)
         if sum(map(len, parts)) + len(source) <= DIAGNOSED_CHARS:  # (one too long for what is left is left out)
             parts[textwrap.dedent(source)] = None
-    return "\n\n".join(reversed(parts))
+    ran_before: dict[str, None] = {}
+    for function in before:
+        made = getattr(function, "__code__", None)
+        try:
+            if not isinstance(made, CodeType) or made in seen or not _own(made):
+                continue
+            seen.add(made)
+            source = textwrap.dedent(inspect.getsource(function))
+        except Exception:  # as for a frame: no code from a fixture whose source cannot be read
+            continue
+        if sum(map(len, parts)) + sum(map(len, ran_before)) + len(source) <= DIAGNOSED_CHARS:
+            ran_before[source] = None
+    return "\n\n".join([*ran_before, *reversed(parts)])
 
 
 @pytest.hookimpl(wrapper=True)
@@ -242,7 +272,7 @@ def pytest_runtest_makereport(
             # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
             text = "".join(traceback.format_exception(call.excinfo.value))[-DIAGNOSED_CHARS:]
             try:  # (the code only for a device error: another failure gets no section, and no time spent on it)
-                code = _user_code(call.excinfo.tb) if diagnose.read(text).kind is not None else ""
+                code = _user_code(call.excinfo.tb, _fixtures(item)) if diagnose.read(text).kind is not None else ""
                 diagnosis = diagnose.diagnose(text, code)
             except Exception as e:  # the test's own failure is the report; the diagnosis is extra
                 report.sections.append(("device error diagnosis", f"(the diagnosis failed: {e!r})"))

@@ -140,6 +140,58 @@ def test_the_diagnosis_reads_the_code_of_the_test_s_own_frames(pytester: pytest.
     assert alone.verdict == "ambiguous"
 
 
+FIXTURE_TEST = '''
+import pytest
+import torch
+from torch import nn
+
+
+@pytest.fixture
+def resumed(tmp_path):
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp_path / "ckpt.pt")
+    checkpoint = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return model, optimizer
+
+
+def test_resume_step(resumed, device):
+    model, optimizer = resumed
+    model.to(device)
+    model(torch.ones(1, 4, device=device)).sum().backward()
+    optimizer.step()
+'''
+
+
+@pytest.fixture(scope="module")  # a wider scope than pytester's: set up before its snapshot
+def dynamo_imported() -> None:
+    """torch._dynamo imported before pytester's snapshot of sys.modules: an optimizer's step imports it, and an
+    in-process run that first imports it has it dropped after, so the next import registers torch._inductor's
+    operator namespaces a second time, which torch refuses (as with Lightning, below)."""
+    import torch._dynamo  # noqa: F401
+
+
+@pytest.mark.emulator
+@pytest.mark.usefixtures("dynamo_imported")
+def test_the_diagnosis_reads_the_fixtures_the_test_used(pytester: pytest.Pytester) -> None:
+    """A fixture that loads a checkpoint ran before the test, outside its traceback: the diagnosis reads its code
+    first, so the load before the test's move is among its reasons (not this plugin's own `device` fixture, nor
+    pytest's `tmp_path`)."""
+    result = _inner(pytester, FIXTURE_TEST, "--devices=emulated")
+    result.assert_outcomes(failed=1)
+    section = result.stdout.str().split("device error diagnosis", 1)[1].split("the lesson:", 1)[0]
+    assert "likeliest scenario: sgd_momentum" in section
+    assert "the code: a state dict is loaded before the model is moved" in section
+    test_only = FIXTURE_TEST.split("def test_resume_step", 1)[1]
+    assert "load" not in test_only  # the test's own code shows no load: the fixture's does
+
+
 CLASS_TESTS = '''
 import torch
 from torch import nn
