@@ -1130,6 +1130,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("lengths_list")
     if _accumulates_on_the_cpu(tree):
         found.append("cpu_accumulator")
+    if _device_scalar_beside_a_cpu_tensor(tree):
+        found.append("device_scalar_operand")
     if moves:
         found.append("model_moved")
     modules = _bound_to_a_module(tree)
@@ -1373,6 +1375,50 @@ def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
                and (scope is tree or n in looped)
                and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and another_tensor(n.value, n.target.id)
                for n in nodes):
+            return True
+    return False
+
+
+def _device_scalar_beside_a_cpu_tensor(tree: ast.AST) -> bool:
+    """An arithmetic op or comparison of a 0-dim tensor on the device (`torch.tensor(2.).cuda()`, `torch.ones((),
+    device="cuda")`) and a tensor of one or more dimensions made on the CPU (`torch.randn(3, 3)`), written in the op
+    or bound to the names it reads: CUDA takes a 0-dim CPU tensor as a scalar, never a 0-dim device tensor."""
+    def zero_dim(call: ast.Call) -> bool:
+        name = _call_name(call).split(".")[-1]
+        if name in ("tensor", "scalar_tensor"):
+            return bool(call.args) and isinstance(call.args[0], (ast.Constant, ast.UnaryOp))
+        return name in ("zeros", "ones", "empty") and len(call.args) == 1 \
+            and isinstance(call.args[0], (ast.Tuple, ast.List)) and not call.args[0].elts
+
+    def kind(node: ast.AST, bound: dict[str, str]) -> str | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if not isinstance(node, ast.Call):
+            return None
+        moved = isinstance(node.func, ast.Attribute) and node.func.attr in ("cuda", "to") and _to_a_device(node)
+        made = node.func.value if moved and isinstance(node.func, ast.Attribute) else node
+        if moved and isinstance(made, ast.Name):  # a name bound to a 0-dim CPU tensor, moved in the op
+            return "device_scalar" if bound.get(made.id) == "cpu_scalar" else None
+        if not (isinstance(made, ast.Call) and _call_name(made).startswith("torch.")
+                and _call_name(made).split(".")[-1] in FACTORIES):
+            return None
+        on_device = moved or any(k.arg == "device" and _names_a_device(k.value) for k in made.keywords)
+        if zero_dim(made):
+            return "device_scalar" if on_device else "cpu_scalar"
+        return None if on_device else "cpu_tensor"
+
+    bound: dict[str, str] = {}
+    for assign in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        found = kind(assign.value, bound)
+        for target in assign.targets:
+            if isinstance(target, ast.Name):
+                bound.pop(target.id, None)
+                if found:
+                    bound[target.id] = found
+    for node in ast.walk(tree):
+        operands = [node.left, node.right] if isinstance(node, ast.BinOp) \
+            else [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
+        if {"device_scalar", "cpu_tensor"} <= {kind(operand, bound) for operand in operands}:
             return True
     return False
 
@@ -2024,7 +2070,8 @@ def read(text: str, code: str = "") -> Facts:
     quoted = tuple(s for s in read_code(_code_lines(text)) if s != "model_never_moved")
     signals = tuple(dict.fromkeys(read_code(code) + _fragment(code) + quoted
                                   + _raised(text, template.name if template else None)))
-    if "cpu_accumulator" in signals:  # the lines' tensor made without device= is that running total
+    if {"cpu_accumulator", "device_scalar_operand"} & set(signals):  # the lines' tensor made without device= is the
+        # running total, or the CPU tensor beside a device scalar: that reading, not the factory's
         signals = tuple(signal for signal in signals if signal != "factory_no_device")
     if "attribute_raised" in signals and _registered(raising_line(text), code):
         signals = tuple(signal for signal in signals if signal != "attribute_raised")
@@ -2296,6 +2343,7 @@ CODE_WHY = {
     "shuffle": "a DataLoader shuffles (shuffle=True)",
     "device_generator": "a generator is made on a device",
     "cpu_accumulator": "a tensor made on the CPU is updated in place (a running total)",
+    "device_scalar_operand": "a 0-dim tensor on the device meets a tensor made on the CPU in one op",
     "lengths_cpu": "pack_padded_sequence is given its lengths taken to the CPU",
     "dataparallel": "the model is wrapped in nn.DataParallel",
     "ddp": "the model is wrapped in DistributedDataParallel",

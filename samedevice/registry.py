@@ -383,7 +383,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("device_scalar_into_cpu", "A running total kept as a CPU tensor, the device's loss added into it: the "
              "scalar exemption runs one way", "user reports", _accelerators("mismatch"),
              # (1.6 to 1.x counted a CPU scalar written in place as one of the CPU scalars a CUDA kernel takes)
-             clues=Clues(templates=("cpu_scalars",), code=("cpu_accumulator",), prior=0.1,
+             clues=Clues(templates=("cpu_scalars",), code=("cpu_accumulator", "device_scalar_operand"), prior=0.1,
                          confirm="print the devices of the line's tensors: a CPU tensor (a total, a restored best "
                          "score) beside a 0-dim device tensor (a loss, a metric)",
                          question="is a CPU tensor (a running total, a best score restored with map_location='cpu') "

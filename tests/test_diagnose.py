@@ -2386,7 +2386,7 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # hands the batch back on the CPU) and breaks elsewhere; 2.1.0's sampler handing a device generator's permutation
     # to NumPy reads as the NumPy lesson, its report showing neither the sampler's frame nor the release
     assert result["rest_named"] <= {True: 10, False: 7}[with_code], result["misses"]
-    # one lesson named: 195 of 210 right with the code, 147 of 157 without (a traceback cut before its message
+    # one lesson named: 197 of 212 right with the code, 147 of 157 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
@@ -3175,3 +3175,21 @@ def test_what_a_review_of_the_new_lessons_found(text: str, code: str, verdict: s
     assert result.verdict == verdict, (result.note, [m.slug for m in result.matches])
     if first is not None:
         assert result.matches[0].slug == first
+
+
+@pytest.mark.parametrize(("code", "beside"), [
+    ("x = torch.randn(3, 3)\ny = torch.tensor(2.)\nx + y.cuda()\n", True),
+    ("s = torch.tensor(2., device='cuda')\nv = torch.zeros(4)\nprint(v > s)\n", True),
+    ("torch.ones(1) + torch.ones(()).cuda()\n", True),
+    # a 0-dim CPU tensor beside a device tensor is the scalar CUDA takes; two 0-dim tensors run too
+    ("x = torch.randn(3, device='cuda')\ny = x * torch.tensor(2.0)\n", False),
+    ("a = torch.tensor(1.)\nb = torch.tensor(2.).cuda()\nc = a + b\n", False),
+    # the name rebound to a tensor of one dimension before the move: a tensor moved whole
+    ("y = torch.tensor(2.)\ny = torch.randn(3)\nx = torch.randn(3)\nx + y.cuda()\n", False),
+])
+def test_a_device_scalar_beside_a_cpu_tensor_names_the_one_way_scalar_lesson(code: str, beside: bool) -> None:
+    """A 0-dim tensor on the device met in one op by a tensor of one or more dimensions made on the CPU: the one-way
+    scalar rule's case, named alone with the bare mismatch; a 0-dim CPU tensor beside a device tensor is no case."""
+    assert ("device_scalar_operand" in diagnose.read_code(code)) is beside
+    result = diagnose.diagnose(TWO_DEVICES, code)
+    assert ((result.verdict, result.matches[0].slug) == ("scenario", "device_scalar_into_cpu")) is beside
