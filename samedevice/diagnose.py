@@ -1390,6 +1390,10 @@ def _device_scalar_beside_a_cpu_tensor(tree: ast.AST) -> bool:
         return name in ("zeros", "ones", "empty") and len(call.args) == 1 \
             and isinstance(call.args[0], (ast.Tuple, ast.List)) and not call.args[0].elts
 
+    def unknown_dim(call: ast.Call) -> bool:  # `torch.tensor(value)`: a number's or a list's, unseen
+        return _call_name(call).split(".")[-1] in ("tensor", "as_tensor", "scalar_tensor") \
+            and not (call.args and isinstance(call.args[0], (ast.List, ast.Tuple)))
+
     def kind(node: ast.AST, bound: dict[str, str]) -> str | None:
         if isinstance(node, ast.Name):
             return bound.get(node.id)
@@ -1405,7 +1409,7 @@ def _device_scalar_beside_a_cpu_tensor(tree: ast.AST) -> bool:
         on_device = moved or any(k.arg == "device" and _names_a_device(k.value) for k in made.keywords)
         if zero_dim(made):
             return "device_scalar" if on_device else "cpu_scalar"
-        return None if on_device else "cpu_tensor"
+        return None if on_device or unknown_dim(made) else "cpu_tensor"
 
     bound: dict[str, str] = {}
     for assign in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
@@ -1796,7 +1800,7 @@ UPSTREAM = (
              call=r"(?:[\w.]+\.)?pack_padded_sequence", unless=("pack_sequence",)),
     # 2.1.0's RandomSampler handed its permutation to NumPy (torch/utils/data/sampler.py, pytorch/pytorch#103339):
     # drawn with a DataLoader's generator on a device, it was made there, and NumPy refused it
-    Upstream("numpy", "numpy", "2.1.0", "2.1.1", SAMPLER_NUMPY, needs=("sampler",)),
+    Upstream("numpy", "numpy", "2.1.0", "2.1.1", SAMPLER_NUMPY, needs=("sampler_raised",)),
     Upstream("numpy", "numpy", "2.1.0", "2.1.1", SAMPLER_NUMPY, code="device_generator", needs=("shuffle",),
              shown=True),
     # torch.compile's fake tensors merged the devices of every op's inputs, and 2.0 refused copy_ (copy,
@@ -2063,6 +2067,8 @@ def read(text: str, code: str = "") -> Facts:
         + (("rank_log",) if re.search(r"(?m)^[^\S\n]*\[rank\d+\]:", text) else ())  # torchrun's prefix: ranks ran
     if template is not None and template.name == "thnn_cpu_argument" and (groups.get("op") or "").endswith("Criterion"):
         frames += ("loss",)  # THNN's criteria are the losses (ClassNLLCriterion: nll_loss)
+    if _frames(text) and re.search(r"torch[/\\]utils[/\\]data[/\\]sampler\.py", _frames(text)[-1][0]):
+        frames += ("sampler_raised",)  # raised in torch's own sampler (not in a sampler of the user's it calls)
     # the pasted code and the lines the traceback quotes, each read on its own: a quoted line cut mid-call does not
     # spoil the parse of the code
     # a model that never moves is read from what the code lacks: the lines a traceback quotes, one per frame and from
@@ -2305,7 +2311,8 @@ def score(facts: Facts, scenario: registry.Scenario) -> Match | None:
             why.append(f"leaning to it: {CODE_WHY.get(lean, 'the traceback passes through ' + lean.replace('_', ' '))}")
     for signal in set(clues.against) & set(facts.code + facts.frames):  # the input shows what its broken code lacks
         total -= 2 * WEIGHTS["code"]
-        why.append(f"but the code: {CODE_WHY.get(signal, signal)}")
+        why.append(f"but the code: {CODE_WHY.get(signal, signal)}" if signal in facts.code
+                   else f"but the traceback passes through {signal.replace('_', ' ')}")
     total += WEIGHTS["prior"] * clues.prior
     return Match(scenario.slug, round(total, 2), tuple(why), clues.confirm, f"samedevice show {scenario.slug}")
 

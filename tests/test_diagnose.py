@@ -3165,6 +3165,16 @@ def test_old_cpu_scalars_message_puts_the_one_way_scalar_lesson_first() -> None:
     ('  File "/env/lib/python3.11/site-packages/torch/utils/data/sampler.py", line 165, in __iter__\n'
      "    yield from map(int, torch.randperm(n, generator=generator).numpy())\n" + NUMPY_MPS, "", "fixed_upstream", None),
     (NUMPY_MPS, DEVICE_GENERATOR, "scenario", "device_tensor_to_numpy"),
+    # raised in a sampler of the user's that torch's BatchSampler iterates, or in a dataset the DataLoader reads:
+    # the user's own NumPy call, not the sampler's
+    ('  File "/env/lib/python3.11/site-packages/torch/utils/data/sampler.py", line 287, in __iter__\n'
+     "    for idx in self.sampler:\n"
+     '  File "mysampler.py", line 9, in __iter__\n    return iter(np.asarray(self.weights).argsort())\n' + NUMPY_MPS,
+     "", "scenario", "device_tensor_to_numpy"),
+    ('  File "/env/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 631, in __next__\n'
+     "    data = self._next_data()\n"
+     '  File "train.py", line 5, in __getitem__\n    return np.asarray(self.x[i])\n' + NUMPY_MPS,
+     "", "scenario", "device_tensor_to_numpy"),
     (NUMPY_MPS + "\ntorch==2.1.0", DEVICE_GENERATOR.replace('torch.device("mps:0")', 'torch.device("cpu")'),
      "scenario", "device_tensor_to_numpy"),
     (NUMPY_MPS + "\ntorch==2.1.0", "# " + DEVICE_GENERATOR, "scenario", "device_tensor_to_numpy"),
