@@ -1128,6 +1128,11 @@ def _ast_signals(tree: ast.AST) -> list[str]:
         found.append("draw_device_given")
     if any(_lengths_given_as_list(tree, n) for n in calls if _call_name(n).endswith("pack_padded_sequence")):
         found.append("lengths_list")
+    # its lengths taken to the CPU in the call (`lengths.cpu()`, `batch["lengths"].detach().cpu()`, `.to("cpu")`)
+    if any(re.search(r"\.cpu\(\)$|\.to\((?:device=)?(?:torch\.device\()?['\"]cpu['\"]", ast.unparse(lengths))
+           for n in calls if _call_name(n).endswith("pack_padded_sequence")
+           for lengths in [*n.args[1:2], *(k.value for k in n.keywords if k.arg == "lengths")]):
+        found.append("lengths_cpu")
     if _accumulates_on_the_cpu(tree):
         found.append("cpu_accumulator")
     if _device_scalar_beside_a_cpu_tensor(tree):
@@ -1347,28 +1352,35 @@ MODEL_NAME = r"(?i)\w*(?:model|net|encoder|decoder|classifier|module)\w*"  # a n
 Position = tuple[int, int]  # a node's line and column: on one line, `m = load(...); out = m(x)` binds before it runs
 
 
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """A scope's nodes (a module's, a function's), not those of a function or class defined inside it."""
+    for child in ast.iter_child_nodes(scope):
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            yield child
+            yield from _own_nodes(child)
+
+
+def _scopes(tree: ast.AST) -> list[ast.AST]:
+    """The module and each function in it: where names are bound."""
+    return [tree] + [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
 def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
     """A running total: a name bound to a tensor made on the CPU (`total = torch.zeros(())`) and updated in place
     with another tensor (`total += loss.detach()`), in a loop of one function (not a forward, where a tensor made
     without device= is the factory's lesson; not a helper's one-off update) or in lines pasted at the top level. Not
     updated with a number (`counts += 1`, `x /= 255.0`, `total += loss.item()`), nor with itself (`w /= w.sum()`)."""
-    def own(scope: ast.AST) -> Iterator[ast.AST]:  # the scope's nodes, not those of a function or class inside it
-        for child in ast.iter_child_nodes(scope):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                yield child
-                yield from own(child)
-
-    def another_tensor(value: ast.expr, name: str) -> bool:
-        if isinstance(value, ast.Call) and (_call_name(value) in ("float", "int")
-                                            or _call_name(value).endswith((".item", ".tolist"))):
+    def another_tensor(value: ast.expr, name: str) -> bool:  # (a number read out of a tensor is no tensor)
+        if any(isinstance(n, ast.Call) and (_call_name(n) in ("float", "int")
+                                            or _call_name(n).endswith((".item", ".tolist"))) for n in ast.walk(value)):
             return False
         return any(isinstance(n, ast.Name) and n.id != name for n in ast.walk(value))
 
-    scopes = [tree] + [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                       and fn.name != "forward"]
-    for scope in scopes:
-        nodes = list(own(scope))
-        looped = {n for loop in nodes if isinstance(loop, (ast.For, ast.While)) for n in own(loop)}
+    for scope in _scopes(tree):
+        if getattr(scope, "name", "") == "forward":
+            continue
+        nodes = list(_own_nodes(scope))
+        looped = {n for loop in nodes if isinstance(loop, (ast.For, ast.While)) for n in _own_nodes(loop)}
         made = {t.id for n in nodes if isinstance(n, ast.Assign) and _made_on_the_cpu(n.value)
                 for t in n.targets if isinstance(t, ast.Name)}
         if any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in made
@@ -1383,16 +1395,19 @@ def _device_scalar_beside_a_cpu_tensor(tree: ast.AST) -> bool:
     """An arithmetic op or comparison of a 0-dim tensor on the device (`torch.tensor(2.).cuda()`, `torch.ones((),
     device="cuda")`) and a tensor of one or more dimensions made on the CPU (`torch.randn(3, 3)`), written in the op
     or bound to the names it reads: CUDA takes a 0-dim CPU tensor as a scalar, never a 0-dim device tensor."""
-    def zero_dim(call: ast.Call) -> bool:
+    def dims(call: ast.Call) -> str | None:  # "zero", "some" (one or more), or None where the call does not show
         name = _call_name(call).split(".")[-1]
-        if name in ("tensor", "scalar_tensor"):
-            return bool(call.args) and isinstance(call.args[0], (ast.Constant, ast.UnaryOp))
-        return name in ("zeros", "ones", "empty") and len(call.args) == 1 \
-            and isinstance(call.args[0], (ast.Tuple, ast.List)) and not call.args[0].elts
-
-    def unknown_dim(call: ast.Call) -> bool:  # `torch.tensor(value)`: a number's or a list's, unseen
-        return _call_name(call).split(".")[-1] in ("tensor", "as_tensor", "scalar_tensor") \
-            and not (call.args and isinstance(call.args[0], (ast.List, ast.Tuple)))
+        shape = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "size"), None)
+        if name in ("tensor", "as_tensor", "scalar_tensor"):
+            return "zero" if isinstance(shape, (ast.Constant, ast.UnaryOp)) else \
+                "some" if isinstance(shape, (ast.List, ast.Tuple)) and name != "scalar_tensor" else None
+        if name in ("zeros", "ones", "empty", "full", "rand", "randn"):
+            if isinstance(shape, (ast.Tuple, ast.List)):
+                return "some" if shape.elts else "zero"
+            if name == "full":  # (its second argument is the value)
+                return "some" if isinstance(shape, ast.Constant) else None
+            return "some" if isinstance(shape, ast.Constant) or len(call.args) > 1 else None
+        return "some" if name in ("arange", "linspace", "eye", "randperm") else None
 
     def kind(node: ast.AST, bound: dict[str, str]) -> str | None:
         if isinstance(node, ast.Name):
@@ -1407,23 +1422,28 @@ def _device_scalar_beside_a_cpu_tensor(tree: ast.AST) -> bool:
                 and _call_name(made).split(".")[-1] in FACTORIES):
             return None
         on_device = moved or any(k.arg == "device" and _names_a_device(k.value) for k in made.keywords)
-        if zero_dim(made):
+        shown = dims(made)
+        if shown == "zero":
             return "device_scalar" if on_device else "cpu_scalar"
-        return None if on_device or unknown_dim(made) else "cpu_tensor"
+        return "cpu_tensor" if shown == "some" and not on_device else None
 
-    bound: dict[str, str] = {}
-    for assign in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
-        found = kind(assign.value, bound)
-        for target in assign.targets:
-            if isinstance(target, ast.Name):
-                bound.pop(target.id, None)
-                if found:
-                    bound[target.id] = found
-    for node in ast.walk(tree):
-        operands = [node.left, node.right] if isinstance(node, ast.BinOp) \
-            else [node.left, *node.comparators] if isinstance(node, ast.Compare) else []
-        if {"device_scalar", "cpu_tensor"} <= {kind(operand, bound) for operand in operands}:
-            return True
+    for scope in _scopes(tree):  # each function's names its own (its parameters unknown), read in the order it runs
+        bound: dict[str, str] = {}
+        nodes = [n for n in _own_nodes(scope) if isinstance(n, (ast.Assign, ast.BinOp, ast.Compare))]
+        # an assignment binds after its value ran: at its end; an op is read where it starts
+        for node in sorted(nodes, key=lambda n: (n.end_lineno or n.lineno, n.end_col_offset or 0)
+                           if isinstance(n, ast.Assign) else (n.lineno, n.col_offset)):
+            if isinstance(node, ast.Assign):
+                found = kind(node.value, bound)
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        bound.pop(target.id, None)
+                        if found:
+                            bound[target.id] = found
+                continue
+            operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.left, *node.comparators]
+            if {"device_scalar", "cpu_tensor"} <= {kind(operand, bound) for operand in operands}:
+                return True
     return False
 
 
@@ -1730,6 +1750,11 @@ class Upstream:
 SAMPLER_NUMPY = ("PyTorch 2.1.0's RandomSampler turned its permutation into a NumPy array (pytorch/pytorch#103339): "
                  "a shuffling DataLoader whose permutation was drawn on the device (its generator there, under a "
                  "default device there) failed in NumPy. 2.1.1 reverted it (pytorch/pytorch#112187): upgrade")
+SAMPLER_OR_YOURS = ("the code shuffles a DataLoader with a generator on the device: on PyTorch 2.1.0 its "
+                    "RandomSampler handed the permutation to NumPy (fixed in 2.1.1: upgrade); on another release a "
+                    "tensor of yours reached NumPy on the device (the scenario below). What tells them apart: the "
+                    "release (python -c 'import torch; print(torch.__version__)'), or the traceback's last frame "
+                    "(torch/utils/data/sampler.py is 2.1.0's bug)")
 STEP_LEFT = ("from 1.12.1 to 2.0, Optimizer.load_state_dict left `step` where torch.load put it (the CPU, with "
              "map_location='cpu') for a fused or capturable optimizer too, whose kernel takes it on the parameter's "
              "device (pytorch/pytorch#103256); 2.1.0 moves it (pytorch/pytorch#102619). On those releases, move each "
@@ -2402,9 +2427,9 @@ PACK_SEQUENCE = ("pack_sequence makes its tensor of lengths on the default devic
                  "`pack_padded_sequence(pad_sequence(seqs), [len(s) for s in seqs], enforce_sorted=False)` (made on "
                  "the CPU since 2.1)")
 NOT_TAUGHT = {
-    "cpu_scalars": "an op on the device was given two 0-dim CPU tensors (a running count and a total, `torch.where(c, "
-                   "torch.tensor(0.), torch.tensor(1.))`): its kernel takes one as a scalar, not two. Make one on the "
-                   "device, or pass a Python number (`.item()`); no lesson of the catalog covers this",
+    "cpu_scalars": "an op on the device was given more 0-dim CPU tensors than its kernel takes as scalars (most take "
+                   "one): make the others on the device, or pass Python numbers (`.item()`); no lesson of the "
+                   "catalog covers this",
     "device_name": "'{name}' is no device of this PyTorch, in a map_location or a torch.device: a name PyTorch never "
                    "had ('gpu' is none, nor a bare index: write 'cuda', 'cuda:0', 'mps' or 'cpu'), or a backend whose "
                    "package was not imported (torch_npu registers 'npu'); no lesson of the catalog covers this",
@@ -2554,6 +2579,10 @@ def diagnose(text: str, code: str = "") -> Diagnosis:
     for bug in UPSTREAM:
         if bug.fits(facts, calls):
             return Diagnosis(facts, "fixed_upstream", note=f"fixed upstream in PyTorch {bug.fixed_in}: {bug.why}")
+    if facts.template == "numpy" and {"device_generator", "shuffle"} <= set(facts.code) and not _frames(text) \
+            and facts.torch_version is None:  # 2.1.0's sampler, or a NumPy call of the user's: neither shown
+        return Diagnosis(facts, "ambiguous", tuple(m for m in (score(facts, registry.get("device_tensor_to_numpy")),)
+                                                   if m is not None), note=SAMPLER_OR_YOURS)
     if facts.kind == "cudnn_rnn_eval":
         return Diagnosis(facts, "not_device_error", note="a backward through an LSTM or GRU in eval mode on the GPU "
                          "(importance estimates, saliency, attacks run backward on a model in eval()): cuDNN's RNN "

@@ -26,6 +26,7 @@ turns the whole plugin off.
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import sys
 import textwrap
@@ -197,12 +198,42 @@ def _own(code: CodeType) -> bool:
 
 
 def _fixtures(item: pytest.Item) -> list[Callable[..., object]]:
-    """The functions of the fixtures the test used, in the order pytest sets them up (its closure of the test's
-    fixture names), each the definition that applied to this test (the last of its overrides). pytest lists a
-    test's fixture definitions only in its own `_fixtureinfo`: where that is missing, none."""
-    info = getattr(item, "_fixtureinfo", None)
-    defs = getattr(info, "name2fixturedefs", None) or {}
-    return [defs[name][-1].func for name in getattr(item, "fixturenames", ()) if defs.get(name)]
+    """The functions of the fixtures the test used, in the order pytest set them up: for each of the test's fixture
+    names, the fixtures it requests first (an override that requests its own name, the definition it overrides),
+    then itself. pytest lists a test's fixture definitions only in its own `_fixtureinfo`: where that is missing, or
+    reading it fails, none."""
+    order: list[Callable[..., object]] = []
+    done: set[tuple[str, int]] = set()
+
+    def set_up(name: str, which: int) -> None:  # which: -1 the definition the test sees, -2 the one it overrides...
+        chain = defs.get(name) or ()
+        if len(chain) < -which or (name, which) in done:
+            return
+        done.add((name, which))
+        for requested in chain[which].argnames:
+            set_up(requested, which - 1 if requested == name else -1)
+        order.append(chain[which].func)
+
+    try:
+        defs = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+        for name in item.fixturenames:  # type: ignore[attr-defined]
+            set_up(name, -1)
+    except Exception:  # no Python test (a doctest, another plugin's item), or pytest's private names changed
+        return []
+    return order
+
+
+def _setup_source(function: Callable[..., object]) -> str | None:
+    """A fixture's source as the diagnosis reads it: its setup, up to its first `yield` (its teardown runs after the
+    test), the function under its decorators; None where it does not parse on its own (a string at the column of
+    its class's method), which would spoil the reading of the code it is read with."""
+    source = textwrap.dedent(inspect.getsource(function))
+    tree = diagnose._parsed(source)
+    if tree is None:
+        return None
+    yields = [n.end_lineno for n in ast.walk(tree) if isinstance(n, (ast.Yield, ast.YieldFrom)) and n.end_lineno]
+    setup = "\n".join(source.splitlines()[:min(yields)]) + "\n" if yields else source
+    return setup if diagnose._parsed(setup) is not None else source  # (a yield inside `try:` cut there: all of it)
 
 
 def _user_code(tb: TracebackType | None, before: Iterable[Callable[..., object]] = ()) -> str:
@@ -243,16 +274,17 @@ def _user_code(tb: TracebackType | None, before: Iterable[Callable[..., object]]
             parts[textwrap.dedent(source)] = None
     ran_before: dict[str, None] = {}
     for function in before:
-        made = getattr(function, "__code__", None)
         try:
+            function = inspect.unwrap(function)  # the fixture's own function, under its decorators
+            made = getattr(function, "__code__", None)
             if not isinstance(made, CodeType) or made in seen or not _own(made):
                 continue
             seen.add(made)
-            source = textwrap.dedent(inspect.getsource(function))
+            setup = _setup_source(function)
         except Exception:  # as for a frame: no code from a fixture whose source cannot be read
             continue
-        if sum(map(len, parts)) + sum(map(len, ran_before)) + len(source) <= DIAGNOSED_CHARS:
-            ran_before[source] = None
+        if setup is not None and sum(map(len, parts)) + sum(map(len, ran_before)) + len(setup) <= DIAGNOSED_CHARS:
+            ran_before[setup] = None
     return "\n\n".join([*ran_before, *reversed(parts)])
 
 

@@ -2383,10 +2383,10 @@ def test_accuracy_on_the_held_out_reports_does_not_fall(with_code: bool) -> None
     # the others were given candidates and a question, but these few were given one lesson, a wrong one: three a
     # checkpoint's message on a GPU host PyTorch could not see (the lesson first, the caveat after it), the others a
     # library's own code that does what a lesson shows (a device map, an offload hook, a trace, an augmentation that
-    # hands the batch back on the CPU) and breaks elsewhere; 2.1.0's sampler handing a device generator's permutation
-    # to NumPy reads as the NumPy lesson, its report showing neither the sampler's frame nor the release
-    assert result["rest_named"] <= {True: 10, False: 7}[with_code], result["misses"]
-    # one lesson named: 197 of 212 right with the code, 147 of 157 without (a traceback cut before its message
+    # hands the batch back on the CPU) and breaks elsewhere; without its code, 2.1.0's sampler handing a device
+    # generator's permutation to NumPy reads as the NumPy lesson (the code shows the generator: candidates)
+    assert result["rest_named"] <= {True: 9, False: 7}[with_code], result["misses"]
+    # one lesson named: 197 of 211 right with the code, 147 of 157 without (a traceback cut before its message
     # names no lesson alone: of the five it named so, one was right) (on the first four batches it was 23 of 49
     # and 20 of 42 before a lesson needed the traceback or the code to show its case)
     assert result["confident_right"] >= {True: 0.90, False: 0.93}[with_code], result["misses"]
@@ -3123,6 +3123,7 @@ def test_a_long_run_of_word_characters_is_read_in_one_pass(text: str) -> None:
     ("def make_mask(n):\n    m = torch.zeros(n)\n    m += torch.rand(n) > 0.5\n    return m\n", False),
     # the scenario's fix: a Python number
     ("total = torch.zeros(())\nfor x, y in loader:\n    total += loss.item()\n", False),
+    ("total = torch.zeros(())\nfor x, y in loader:\n    total += loss.item() * x.size(0)\n", False),
 ])
 def test_a_running_total_on_the_cpu_names_the_one_way_scalar_lesson(code: str, accumulates: bool) -> None:
     """A tensor made on the CPU and updated in place outside forward is a running total: with the bare mismatch it
@@ -3146,7 +3147,7 @@ def test_old_cpu_scalars_message_puts_the_one_way_scalar_lesson_first() -> None:
     assert (result.verdict, result.matches[0].slug) == ("ambiguous", "device_scalar_into_cpu")
     today = diagnose.diagnose("RuntimeError: Trying to pass too many CPU scalars to non-CPU kernel!")
     assert (today.verdict, today.matches) == ("not_in_catalog", ())
-    assert "two 0-dim CPU tensors" in today.note
+    assert "more 0-dim CPU tensors than its kernel takes" in today.note
 
 
 @pytest.mark.parametrize(("text", "code", "verdict", "first"), [
@@ -3158,13 +3159,17 @@ def test_old_cpu_scalars_message_puts_the_one_way_scalar_lesson_first() -> None:
      "pack_padded_lengths"),
     (LENGTHS, 'packed = pack_padded_sequence(emb, lengths.to("cpu"), batch_first=True)\n', "ambiguous",
      "pack_padded_lengths"),
+    (LENGTHS, "packed = pack_padded_sequence(\n    emb,\n    batch['lengths'].detach().cpu(),\n    batch_first=True,\n)\n",
+     "ambiguous", "pack_padded_lengths"),
     # a meta tensor handed to NumPy has no data: the meta lessons, not the NumPy one
     ("TypeError: can't convert meta device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory "
      "first.", "", "ambiguous", "meta_param_not_materialized"),
-    # 2.1.0's sampler shown by its frame, without code; a device generator without the release shown is no proof
+    # 2.1.0's sampler shown by its frame, without code; a device generator without the release shown is no proof:
+    # candidates, the question the release and the last frame answer
     ('  File "/env/lib/python3.11/site-packages/torch/utils/data/sampler.py", line 165, in __iter__\n'
      "    yield from map(int, torch.randperm(n, generator=generator).numpy())\n" + NUMPY_MPS, "", "fixed_upstream", None),
-    (NUMPY_MPS, DEVICE_GENERATOR, "scenario", "device_tensor_to_numpy"),
+    (NUMPY_MPS, DEVICE_GENERATOR, "ambiguous", "device_tensor_to_numpy"),
+    (NUMPY_MPS + "\ntorch==2.4.0", DEVICE_GENERATOR, "scenario", "device_tensor_to_numpy"),
     # raised in a sampler of the user's that torch's BatchSampler iterates, or in a dataset the DataLoader reads:
     # the user's own NumPy call, not the sampler's
     ('  File "/env/lib/python3.11/site-packages/torch/utils/data/sampler.py", line 287, in __iter__\n'
@@ -3185,6 +3190,8 @@ def test_what_a_review_of_the_new_lessons_found(text: str, code: str, verdict: s
     assert result.verdict == verdict, (result.note, [m.slug for m in result.matches])
     if first is not None:
         assert result.matches[0].slug == first
+    if verdict == "ambiguous" and text.startswith(NUMPY_MPS):
+        assert "2.1.0" in result.note
 
 
 @pytest.mark.parametrize(("code", "beside"), [
@@ -3194,8 +3201,18 @@ def test_what_a_review_of_the_new_lessons_found(text: str, code: str, verdict: s
     # a 0-dim CPU tensor beside a device tensor is the scalar CUDA takes; two 0-dim tensors run too
     ("x = torch.randn(3, device='cuda')\ny = x * torch.tensor(2.0)\n", False),
     ("a = torch.tensor(1.)\nb = torch.tensor(2.).cuda()\nc = a + b\n", False),
-    # the name rebound to a tensor of one dimension before the move: a tensor moved whole
+    # the name rebound to a tensor of one dimension before the move: a tensor moved whole; rebound after the op, the
+    # op still met the CPU tensor
     ("y = torch.tensor(2.)\ny = torch.randn(3)\nx = torch.randn(3)\nx + y.cuda()\n", False),
+    ("x = torch.randn(3)\ny = torch.tensor(2.).cuda()\nprint(x + y)\nx = x.cuda()\n", True),
+    # each function's names are its own: a CPU tensor of another function, or a parameter, is none of them
+    ("def f(device):\n    w = torch.ones(3, device=device)\n    s = torch.tensor(2.0, device=device)\n    return w * s\n"
+     "\ndef g():\n    w = torch.ones(3)\n    return w\n", False),
+    ("def init(device):\n    best = torch.tensor(0.0, device=device)\n    return best\n\ndef make():\n"
+     "    scores = torch.zeros(5)\n    return scores\n\ndef improved(scores, best):\n    return scores > best\n", False),
+    # 0-dim tensors however made (rand, full, size=): two scalars, no CPU tensor of one dimension
+    ("s = torch.tensor(2., device='cuda')\nprint(torch.rand(()) + s, torch.full((), 3.) * s, torch.zeros(size=()) - s)\n",
+     False),
 ])
 def test_a_device_scalar_beside_a_cpu_tensor_names_the_one_way_scalar_lesson(code: str, beside: bool) -> None:
     """A 0-dim tensor on the device met in one op by a tensor of one or more dimensions made on the CPU: the one-way

@@ -32,6 +32,17 @@ def test_registry_matches_files() -> None:
 
 
 @PAGES
+def test_the_diff_is_the_fix_and_nothing_else(scenario: registry.Scenario) -> None:
+    """The broken and the fixed module tell the same lesson: their docstrings are one, so the diff (the page's,
+    `show`'s, `--explain`'s) shows the fix alone."""
+    import ast
+
+    docstrings = {ast.get_docstring(ast.parse((registry.ROOT / folder / f"{scenario.slug}.py").read_text()))
+                  for folder in ("cases", "fixes")}
+    assert len(docstrings) == 1, f"cases/{scenario.slug}.py and fixes/{scenario.slug}.py tell it differently"
+
+
+@PAGES
 def test_page_sections(scenario: registry.Scenario) -> None:
     """Each page has Symptom, Cause, Fix and the diff, in that order."""
     headings = re.findall(r"^## (.+)$", _page(scenario), flags=re.M)

@@ -188,8 +188,70 @@ def test_the_diagnosis_reads_the_fixtures_the_test_used(pytester: pytest.Pyteste
     section = result.stdout.str().split("device error diagnosis", 1)[1].split("the lesson:", 1)[0]
     assert "likeliest scenario: sgd_momentum" in section
     assert "the code: a state dict is loaded before the model is moved" in section
-    test_only = FIXTURE_TEST.split("def test_resume_step", 1)[1]
-    assert "load" not in test_only  # the test's own code shows no load: the fixture's does
+    assert "the code: an optimizer's state is loaded" in section  # (the test's own code loads nothing)
+
+
+FIXTURE_ORDER_TEST = '''
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@pytest.fixture
+@logged
+def model(device):
+    return nn.Linear(4, 2).to(device)
+
+
+@pytest.fixture
+@logged
+def trained(model, tmp_path):
+    torch.save(nn.Linear(4, 2).state_dict(), tmp_path / "m.pt")
+    model.load_state_dict(torch.load(tmp_path / "m.pt", map_location="cpu", weights_only=True))
+    yield model
+    model.cpu()
+
+
+class TestModel:
+    @pytest.fixture
+    def vocab(self, tmp_path):
+        path = tmp_path / "vocab.txt"
+        path.write_text("""a
+b
+""")
+        return path
+
+    def test_step(self, trained, vocab, device):
+        trained(torch.ones(1, 4, device=device))
+'''
+
+
+def test_fixtures_are_read_as_they_were_set_up(pytester: pytest.Pytester) -> None:
+    """The fixtures are read in the order pytest set them up (a fixture after those it requests), each under its
+    decorators (two behind one wrapper are two), up to its `yield` (its teardown runs after the test); a fixture whose
+    source does not parse on its own (a string at its class's column) is left out, not the rest with it."""
+    from samedevice import pytest_plugin
+
+    pytester.makepyfile(test_inner=FIXTURE_ORDER_TEST)
+    items, _ = pytester.inline_genitems(*PLUGIN)
+    item = next(i for i in items if "emulated" in i.name)
+    fixtures = [f.__name__ for f in pytest_plugin._fixtures(item)]
+    assert fixtures.index("model") < fixtures.index("trained")
+    code = pytest_plugin._user_code(None, pytest_plugin._fixtures(item))
+    assert code.index("def model(device)") < code.index("def trained(model, tmp_path)")
+    assert "yield model" in code
+    assert "model.cpu()" not in code
+    assert "def vocab" not in code
+    assert "load_before_move" not in diagnose.read_code(code)  # the model was moved before the load
 
 
 CLASS_TESTS = '''
