@@ -359,7 +359,9 @@ TEMPLATES = (
     # a checkpoint from more GPUs than this host has asks for a generator it lacks. (IPython prints lines between the
     # code and the error; torch.cuda's lazy call wraps it in DeferredCudaCallError)
     _t("rng_devices", "rng_devices",
-       r"torch\.cuda\.default_generators\[idx\].{0,400}?IndexError: tuple index out of range"
+       r"torch\.\w+\.default_generators\[idx\].{0,400}?IndexError: tuple index out of range"
+       # (torch.xpu's and the emulator's too: a traceback through set_rng_state_all that ends in the IndexError)
+       r"|in set_rng_state_all\b.{0,1500}?(?P<m>IndexError: tuple index out of range)"
        r"|DeferredCudaCallError: CUDA call failed lazily at initialization with error: tuple index out of range",
        "a CUDA RNG state restored onto (or read from) a GPU index this host does not have"),
     # cudaErrorDevicesUnavailable, in CUDA's two wordings: the GPU would not take this process (exclusive-process
@@ -543,7 +545,8 @@ def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str
         if match:
             end = min((i for i in (flat.find(" File ", match.end()), flat.find(" =====", match.end())) if i > 0),
                       default=-1)  # the next frame, or pytest's next part (its summary)
-            return template, match.groupdict(), flat[match.start(): end if end > 0 else match.end() + 200].strip()
+            start = match.start("m") if match.groupdict().get("m") else match.start()  # the message, not what led to it
+            return template, match.groupdict(), flat[start: end if end > 0 else match.end() + 200].strip()
     return None, {}, ""
 
 
@@ -773,6 +776,7 @@ SIGNALS = {
     "torch_load": r"\btorch\.load\(|\.load_from_checkpoint\(",  # Lightning's loads through torch.load
     "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
     "set_rng_state": r"set_rng_state\(",
+    "rng_state_all": r"\b(?:get|set)_rng_state_all\(",  # one state per device of the host
     # torch.load told to put the storages on the CPU ('cpu', a device, a function or a dict of them): no rank's
     # tensors land on device 0
     "map_location_cpu": r"(?m)^[^#\n]*\bmap_location\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]"
@@ -2371,6 +2375,7 @@ CODE_WHY = {
     "tokenizer_moved": "the tokenizer's output is moved whole", "pos_weight": "a loss is given pos_weight=",
     "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
+    "rng_state_all": "the RNG states of all the devices are saved or restored (get_rng_state_all, set_rng_state_all)",
     "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",
     "shuffle": "a DataLoader shuffles (shuffle=True)",
     "device_generator": "a generator is made on a device",
@@ -2501,13 +2506,6 @@ NOT_TAUGHT = {
                       "gets when no launcher (torchrun) set it. Move to a tensor's device with `.to(x.device)`, and "
                       "pick the device from local_rank only when it is 0 or more; no lesson of the catalog covers "
                       "this",
-    "rng_devices": "a CUDA RNG state was restored onto (or read from) a GPU index this host does not have: "
-                   "torch.cuda.set_rng_state_all restores one state per GPU the checkpoint was saved on, each onto "
-                   "the GPU of its index, so a checkpoint from more GPUs than this host has (or CUDA_VISIBLE_DEVICES "
-                   "shows) asks for one it lacks. Restore only as many states as torch.cuda.device_count() (or each "
-                   "rank its own, `torch.cuda.set_rng_state(states[local_rank], device=local_rank)`); no lesson of "
-                   "the catalog covers this (rng_state_map_location teaches the CPU's RNG state loaded onto the "
-                   "device)",
 }
 
 

@@ -216,6 +216,13 @@ def host_without(device: torch.device) -> AbstractContextManager[None]:
     return emulator.absent() if device.type == emulator.NAME else nullcontext()
 
 
+def host_with_one_device(device: torch.device) -> AbstractContextManager[None]:
+    """Play, in this process, a host with one device of `device`'s kind, fewer than the emulator's two: its
+    `visible(1)`, as CUDA_VISIBLE_DEVICES=0 shows one GPU. A real accelerator cannot hide its devices from its own
+    process: there the block is the host as it is, the host that saved."""
+    return emulator.visible(1) if device.type == emulator.NAME else nullcontext()
+
+
 def as_on_a_host_of(device: torch.device) -> AbstractContextManager[None]:
     """Run as on a machine whose accelerators are `device`'s: for cpu, a host without any (the emulator plays
     absent, as a CPU-only CI machine is, where library code that asks for "the available accelerator", such as

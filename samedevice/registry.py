@@ -53,6 +53,9 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
                                r"|indices should be either on cpu or on the same device as the indexed tensor"),
     "deserialize": ("RuntimeError", r"Attempting to deserialize object on"),
     "rng": ("TypeError", r"RNG state must be a torch\.ByteTensor"),
+    # a device's RNG state restored by index onto a host without that device: torch/cuda/random.py's
+    # `torch.cuda.default_generators[idx]`, a tuple of one generator per device the host has
+    "rng_devices": ("IndexError", r"^tuple index out of range$"),
     # a device kernel's draw refuses a generator of another device (CUDAGeneratorImpl's check_generator)
     "generator": ("RuntimeError", r"Expected a '\w+' device type for generator but found '\w+'"),
     # a meta tensor (no data) met a real one in an op's meta function (torch/_prims_common, check_same_device)
@@ -83,7 +86,7 @@ def expected(symptom: str) -> tuple[type[BaseException], str] | None:
         import torch
 
         return getattr(torch, name.removeprefix("torch.")), pattern
-    return {"RuntimeError": RuntimeError, "TypeError": TypeError}[name], pattern
+    return {"RuntimeError": RuntimeError, "TypeError": TypeError, "IndexError": IndexError}[name], pattern
 
 
 @dataclass(frozen=True)
@@ -424,6 +427,17 @@ SCENARIOS: tuple[Scenario, ...] = (
                    code=("map_location_device", "set_rng_state"), prior=0.5,
                    confirm="print(type(state), state.device) before torch.set_rng_state",
                    question="was the RNG state loaded with map_location=<a device>?")),
+    Scenario("rng_state_device_count", "The RNG states of every device restored on a host with fewer devices",
+             "user reports (resume on another host)",
+             # a real accelerator cannot hide its devices from its own process: there the host that resumes is the
+             # host that saved; the emulator plays one with fewer (emulator.visible)
+             _accelerators("rng_devices", cuda="none", mps="none", xpu="none"),
+             clues=Clues(kinds=("rng_devices",), pairs=(), frames=("rng",), code=("rng_state_all",), prior=0.5,
+                         # the states restored by index (set_rng_state_all) over the CPU's (torch.set_rng_state), where
+                         # the message does not tell: rng_state_map_location's TypeError is the CPU state's first
+                         leans=("rng_state_all",),
+                         confirm="print(len(states), torch.cuda.device_count()) before set_rng_state_all",
+                         question="was the checkpoint saved on a host with more GPUs than this one has (or shows)?")),
     Scenario("assign_true_load", "load_state_dict(cpu_state, assign=True) after model.to: parameters back on CPU",
              "beyond the articles", _accelerators("mismatch", cpu="silent"),
              clues=Clues(sides=("weights",), frames=("layer",), arguments=("mat1", "mat2"), ops=("addmm", "mm", "conv"),

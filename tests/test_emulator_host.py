@@ -166,6 +166,20 @@ def test_absent_host_in_a_subprocess(tmp_path) -> None:
     assert "RuntimeError: Attempting to deserialize object on a EMULATED device" in done.stderr
 
 
+def test_a_host_with_fewer_devices_in_a_subprocess() -> None:
+    """SAMEDEVICE_EMULATOR_VISIBLE=1 makes a whole process a host with one device; a count it cannot be is refused,
+    naming the variable."""
+    code = ("import torch; from samedevice import emulator; emulator.device();"
+            "print(torch.emulated.device_count(), torch.accelerator.device_count());"
+            "torch.zeros(1, device='emulated:1')")
+    done = run_python(code, **{emulator.VISIBLE_ENV: "1"})
+    assert done.stdout.strip() == "1 1"
+    assert "RuntimeError: emulated:1 does not exist on this host: it has 1 of the emulator's 2 devices" in done.stderr
+    done = run_python("import torch; from samedevice import emulator; emulator.device();"
+                      "print(torch.emulated.device_count())", **{emulator.VISIBLE_ENV: "two"})
+    assert "ValueError: SAMEDEVICE_EMULATOR_VISIBLE='two': give how many of the emulator's 2 devices" in done.stderr
+
+
 # ---- what a device tensor refuses, as CUDA's does -------------------------------------------------
 
 

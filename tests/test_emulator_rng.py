@@ -295,8 +295,51 @@ def test_rng_state_needs_the_device(dev: torch.device) -> None:
     """A host without the accelerator has no device generator to read, as CUDA's lazy init fails."""
     with emulator.absent(), pytest.raises(RuntimeError, match="Found no emulated device on this host"):
         torch.emulated.get_rng_state()
-    with pytest.raises(RuntimeError, match="emulated:2 does not exist"):
+    # torch/cuda/random.py indexes torch.cuda.default_generators, one per device: past them, Python's IndexError
+    with pytest.raises(IndexError, match=r"^tuple index out of range$"):
         torch.emulated.get_rng_state(2)
+
+
+def test_a_host_with_fewer_devices_has_fewer_generators(dev: torch.device) -> None:
+    """Inside visible(1) the host has one device: the count says so, the second device's generator is not there
+    (CUDA's IndexError, from set_rng_state_all after it has set the first), nor is its memory."""
+    saved = torch.emulated.get_rng_state_all()
+    assert len(saved) == emulator.DEVICE_COUNT == 2
+    first = torch.rand(8, device=dev).cpu()
+    with emulator.visible(1):
+        assert (torch.emulated.device_count(), torch.accelerator.device_count()) == (1, 1)
+        assert torch.emulated.is_available()
+        assert len(torch.emulated.get_rng_state_all()) == 1
+        with pytest.raises(IndexError, match=r"^tuple index out of range$"):
+            torch.emulated.set_rng_state_all(saved)
+        assert torch.equal(torch.rand(8, device=dev).cpu(), first)  # device 0's state was set before the raise
+        with pytest.raises(IndexError, match=r"^tuple index out of range$"):
+            torch.emulated.get_rng_state(1)
+        with pytest.raises(RuntimeError, match=r"emulated:1 does not exist on this host: it has 1 of the "
+                                               r"emulator's 2 devices \(samedevice\.emulator\.visible\(1\)"):
+            torch.zeros(1, device="emulated:1")
+        with pytest.raises(RuntimeError, match="emulated:1 does not exist on this host"):
+            torch.ones(1, device=dev).to("emulated:1")
+        with pytest.raises(RuntimeError, match="emulated:1 does not exist on this host"):
+            torch.emulated.set_device(1)
+        torch.emulated.set_rng_state(saved[0], 0)  # the devices it has work as before
+        assert torch.equal(torch.rand(8, device=dev).cpu(), first)
+    assert torch.emulated.device_count() == torch.accelerator.device_count() == 2
+    torch.emulated.set_rng_state_all(saved)
+    assert torch.zeros(1, device="emulated:1").device == emulator.device(1)
+
+
+def test_visible_takes_a_count_of_the_devices(dev: torch.device) -> None:
+    with pytest.raises(ValueError, match=r"visible\(3\): the emulator has 2 devices, a host can show 0 to 2"), \
+            emulator.visible(3):
+        pass
+    with emulator.visible(0):  # none: a host without the accelerator
+        assert not torch.emulated.is_available()
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
+            torch.zeros(1, device=dev)
+    with emulator.visible(2), emulator.visible(1):  # nested: the fewer wins
+        assert torch.emulated.device_count() == 1
+    assert torch.emulated.device_count() == 2
 
 
 def test_the_numbers_are_cpu_numbers(dev: torch.device) -> None:

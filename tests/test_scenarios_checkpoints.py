@@ -119,6 +119,41 @@ def test_rng_state_map_location_device_generator(accelerator: torch.device, tmp_
         module.set_rng_state(moved)  # get_rng_state initialised the device: no lazy deferral
 
 
+def test_set_rng_state_all_with_more_states_than_devices(accelerator: torch.device) -> None:
+    """A list of states from a host with one device more than this one: set_rng_state_all sets each device's in
+    turn and fails at the first index the host lacks, with Python's IndexError (torch.cuda.default_generators[idx])."""
+    module = torch.get_device_module(accelerator)
+    if not hasattr(module, "set_rng_state_all"):
+        pytest.skip(f"torch.{accelerator.type} has one generator and no get_rng_state_all")
+    states = module.get_rng_state_all()  # get_rng_state_all initialised the device: no lazy deferral
+    with pytest.raises(IndexError, match=r"^tuple index out of range$"):
+        module.set_rng_state_all([*states, states[0]])
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("module", ["case", "fix"])
+def test_rng_state_device_count_restores_the_devices_it_has(module: str, tmp_path: Path) -> None:
+    """On a host with one of the two devices, the fixed resume gives device 0 the state saved for it; the broken one
+    does too, before it fails at device 1, as CUDA's loop does."""
+    from samedevice import emulator
+
+    scenario = registry.get("rng_state_device_count")
+    code = scenario.case() if module == "case" else scenario.fix()
+    for index, draws in ((0, 3), (1, 5)):  # each device's generator somewhere of its own
+        torch.rand(draws, device=emulator.device(index))
+    saved = torch.load(code.write_checkpoint(tmp_path, emulator.device()), weights_only=True)["rng"]["device"]
+    assert len(saved) == 2
+    assert not torch.equal(saved[0], saved[1])
+    torch.rand(7, device=emulator.device())  # moved on since the save
+    with emulator.visible(1):
+        if module == "case":
+            with pytest.raises(IndexError, match=r"^tuple index out of range$"):
+                code.resume(tmp_path / "checkpoint.pt", emulator.device())
+        else:
+            code.resume(tmp_path / "checkpoint.pt", emulator.device())
+        assert torch.equal(torch.emulated.get_rng_state(0), saved[0])
+
+
 def test_rng_state_map_location_device_draws_need_the_device_state(accelerator: torch.device) -> None:
     """A device draw has its device's own generator: the CPU state does not repeat it, the device's does."""
     module = torch.get_device_module(accelerator)

@@ -10,7 +10,7 @@ Every runner, a laptop and CPU-only CI included, reproduces the real device erro
 How it works, one module per numbered section (after albanD/subclass_zoo's new_device.py):
 1. registration.py: PrivateUse1 renamed "emulated", the C++ part (guard.py builds it once, cached:
    csrc/guard.cpp's device guard and hooks, csrc/autocast.cpp, the core), the device module `torch.emulated`, the
-   current device, and the absent host; memory.py: torch.cuda's memory figures and a capacity;
+   current device, the absent host and a host with fewer devices; memory.py: torch.cuda's memory figures and a capacity;
 2. native.py and csrc/: the native core, a PrivateUse1 backend in C++ after PyTorch's openreg:
    allocator.cpp (host memory counted per device, OutOfMemoryError past a capacity),
    kernels.cpp (allocation, views, copies across devices, convolution's overrideable kernels),
@@ -66,6 +66,7 @@ from samedevice.emulator.registration import (
     ABSENT_ENV,
     DEVICE_COUNT,
     NAME,
+    VISIBLE_ENV,
     EmulatorUnavailableError,
     absent,
     active,
@@ -74,12 +75,14 @@ from samedevice.emulator.registration import (
     is_emulated,
     trainable_device_count,
     unavailable_reason,
+    visible,
+    visible_count,
 )
 
 registration._on_register.extend([streams.register, collectives.register])
 
 __all__ = [
-    "ABSENT_ENV", "DEVICE_COUNT", "NAME", "EmulatorUnavailableError", "absent", "active",
+    "ABSENT_ENV", "DEVICE_COUNT", "NAME", "VISIBLE_ENV", "EmulatorUnavailableError", "absent", "active",
     "device", "is_absent", "is_emulated", "max_memory_allocated", "memory_allocated", "reset_peak_memory_stats",
-    "set_capacity", "trainable_device_count", "unavailable_reason",
+    "set_capacity", "trainable_device_count", "unavailable_reason", "visible", "visible_count",
 ]

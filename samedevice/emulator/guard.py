@@ -105,9 +105,9 @@ def _run_all(commands: list[list[str]]) -> None:
         raise RuntimeError(f"compiling the emulator's C++ part failed: {failures[0]}")
 
 
-def set_absent(value: bool) -> None:
-    """Tell the C++ hooks whether this process plays a host without the accelerator."""
-    _loaded[0].samedevice_set_absent(int(value))
+def set_visible(count: int) -> None:
+    """Tell the C++ hooks how many devices this host has (0: it plays a host without the accelerator)."""
+    _loaded[0].samedevice_set_visible(int(count))
 
 
 def elapsed_time(start_event_id: int, end_event_id: int) -> float:

@@ -20,11 +20,13 @@ from samedevice.errors import EmulatorUnavailableError as EmulatorUnavailableErr
 NAME = "emulated"
 DEVICE_COUNT = 2
 ABSENT_ENV = "SAMEDEVICE_EMULATOR_ABSENT"  # "1": this process plays a host without the accelerator
+VISIBLE_ENV = "SAMEDEVICE_EMULATOR_VISIBLE"  # "1": this process plays a host with that many of the devices
 
 
-# ---- the absent host ----------------------------------------------------------------------------
+# ---- the absent host, and a host with fewer devices ----------------------------------------------
 
 _absent_depth = 0
+_visible_limits: list[int] = []  # the counts of the visible() blocks the process is in
 _draining = False  # the exit's drain (below) uses the devices even on a host that plays absent
 
 
@@ -50,12 +52,49 @@ def absent() -> Iterator[None]:
         _sync_absent()
 
 
+@contextlib.contextmanager
+def visible(count: int) -> Iterator[None]:
+    """Inside this block the process plays a host with `count` of the emulator's devices, the first ones, as
+    CUDA_VISIBLE_DEVICES=0 shows a process one GPU of a larger machine: `torch.emulated.device_count()` and
+    `torch.accelerator.device_count()` are `count`, allocating on a higher index fails, and the RNG functions have
+    no generator for it (`torch.emulated.set_rng_state(state, 1)` raises torch.cuda's IndexError). A checkpoint
+    written by a run that had all the devices meets, here, the host that resumes it with fewer. `visible(0)` is
+    `absent()`. For a subprocess, set the environment variable SAMEDEVICE_EMULATOR_VISIBLE=<count>."""
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= DEVICE_COUNT:
+        raise ValueError(f"visible({count!r}): the emulator has {DEVICE_COUNT} devices, a host can show 0 to "
+                         f"{DEVICE_COUNT} of them")
+    register()
+    _visible_limits.append(count)
+    _sync_absent()
+    try:
+        yield
+    finally:
+        _visible_limits.remove(count)
+        _sync_absent()
+
+
+def visible_count() -> int:
+    """How many emulated devices this host has: all of them, none where it plays absent, fewer in `visible(n)`."""
+    if is_absent():
+        return 0
+    if _draining:
+        return DEVICE_COUNT
+    counts = [DEVICE_COUNT, *_visible_limits]
+    shown = os.environ.get(VISIBLE_ENV)
+    if shown is not None:
+        if not shown.strip().isdigit():
+            raise ValueError(f"{VISIBLE_ENV}={shown!r}: give how many of the emulator's {DEVICE_COUNT} devices "
+                             f"this host has, 0 to {DEVICE_COUNT}")
+        counts.append(int(shown))
+    return min(counts)
+
+
 def _sync_absent() -> None:
-    # the C++ hooks (guard.cpp) answer is_available, is_pinned and pin_memory without calling Python
+    # the C++ hooks (guard.cpp) answer is_available, the device count, is_pinned and pin_memory without calling Python
     if _registered or _registering:
         from samedevice.emulator import guard
 
-        guard.set_absent(is_absent())
+        guard.set_visible(visible_count())
 
 
 def check_present(index: int | None = None) -> None:
@@ -70,6 +109,12 @@ def check_present(index: int | None = None) -> None:
         raise RuntimeError(
             f"{NAME}:{index} does not exist: the emulator has {DEVICE_COUNT} devices, "
             f"indices 0 to {DEVICE_COUNT - 1}"
+        )
+    shown = visible_count()
+    if index is not None and index >= shown:
+        raise RuntimeError(
+            f"{NAME}:{index} does not exist on this host: it has {shown} of the emulator's {DEVICE_COUNT} devices "
+            f"(samedevice.emulator.visible({shown}) or {VISIBLE_ENV}={shown} plays a host with fewer devices)"
         )
 
 
@@ -122,7 +167,7 @@ class _DeviceModule:
 
     @staticmethod
     def is_available() -> bool:
-        return not is_absent()
+        return visible_count() > 0
 
     @staticmethod
     def is_initialized() -> bool:
@@ -130,7 +175,7 @@ class _DeviceModule:
 
     @staticmethod
     def device_count() -> int:
-        return 0 if is_absent() else DEVICE_COUNT
+        return visible_count()
 
     current_device = staticmethod(current_index)
 
@@ -339,9 +384,9 @@ def active() -> Iterator[None]:
 
 
 def trainable_device_count() -> int:
-    """How many emulated devices run backward here (none on a host that plays absent)."""
+    """How many emulated devices run backward here (none on a host that plays absent, fewer in `visible(n)`)."""
     register()
-    return 0 if is_absent() else DEVICE_COUNT
+    return visible_count()
 
 
 def is_emulated(dev: torch.device | str) -> bool:

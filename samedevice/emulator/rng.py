@@ -37,7 +37,12 @@ SEEDED = ("", -1)  # the plan of a seeded op without a generator argument (rules
 
 def _generator(device: Any) -> torch.Generator:
     index = index_of(device)
-    check_present(index)  # CUDA's _lazy_init: no device, no generator
+    check_present()  # CUDA's _lazy_init: no device, no generator
+    # torch/cuda/random.py takes `torch.cuda.default_generators[idx]`, a tuple of one generator per device the host
+    # has: an index past them (a checkpoint's state of a GPU this host lacks) is Python's IndexError
+    if index >= registration.visible_count():
+        raise IndexError("tuple index out of range")
+    check_present(index)  # a negative index
     return _generators[index]
 
 

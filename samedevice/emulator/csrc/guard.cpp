@@ -47,7 +47,9 @@ struct EmulatedEvent {
   bool timing;
   std::chrono::steady_clock::time_point recorded;
 };
-std::atomic<bool> absent{false};  // the process plays a host without the accelerator (registration.py)
+// how many devices the host shows (registration.py): all of them; 0 plays a host without the accelerator, fewer a
+// host with fewer GPUs than the one that saved a checkpoint
+std::atomic<int> visible{kDeviceCount};
 
 // The checks and messages of c10/cuda/CUDAEvent.h (elapsed_time) and c10/core/impl/InlineEvent.h, in their order:
 // timing first, then recorded; both ValueErrors in Python.
@@ -191,14 +193,14 @@ struct PinnedAllocator final : public Allocator {
 PinnedAllocator pinned_allocator;
 
 // The hooks, as CUDAHooks (aten/src/ATen/cuda/detail/CUDAHooks.cpp) for what the emulator has: the
-// device count and current device are the guard's; on a host that plays absent the device is not
-// available, pinned memory cannot be had, and no pointer is pinned.
+// device count is the devices the host shows and the current device is the guard's; on a host that plays absent
+// the device is not available, pinned memory cannot be had, and no pointer is pinned.
 struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return !absent; }
+  bool isAvailable() const override { return visible > 0; }
   bool hasPrimaryContext(DeviceIndex) const override { return true; }
   void init() const override {}
-  DeviceIndex deviceCount() const override { return absent ? 0 : kDeviceCount; }
+  DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(visible.load()); }
   void setCurrentDevice(DeviceIndex d) const override { EmulatedGuard().setDevice(Device(DeviceType::PrivateUse1, d)); }
   DeviceIndex getCurrentDevice() const override { return current_index; }
   DeviceIndex exchangeDevice(DeviceIndex d) const override {
@@ -206,12 +208,12 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
   at::Generator getNewGenerator(DeviceIndex index) const override {
-    TORCH_CHECK(!absent, "Found no emulated device on this host: a device generator needs the accelerator");
+    TORCH_CHECK(visible > 0, "Found no emulated device on this host: a device generator needs the accelerator");
     return make_generator(index);
   }
-  bool isPinnedPtr(const void* data) const override { return !absent && is_pinned(data); }
+  bool isPinnedPtr(const void* data) const override { return visible > 0 && is_pinned(data); }
   Allocator* getPinnedMemoryAllocator() const override {
-    TORCH_CHECK(!absent, "Found no emulated device on this host: pinned memory needs the accelerator "
+    TORCH_CHECK(visible > 0, "Found no emulated device on this host: pinned memory needs the accelerator "
                 "(samedevice.emulator.absent() or SAMEDEVICE_EMULATOR_ABSENT=1 plays a host without it)");
     return &pinned_allocator;
   }
@@ -220,18 +222,22 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
 
 namespace samedevice {
 c10::DeviceIndex current_device() { return current_index; }
-bool host_is_absent() { return absent; }
+bool host_is_absent() { return visible == 0; }
 // registration.py's check_present, in its words
 void check_present(c10::DeviceIndex index) {
-  TORCH_CHECK(!absent, "Found no ", c10::get_privateuse1_backend(), " device on this host: torch.",
+  TORCH_CHECK(visible > 0, "Found no ", c10::get_privateuse1_backend(), " device on this host: torch.",
               c10::get_privateuse1_backend(), ".is_available() is False (samedevice.emulator.absent() or "
               "SAMEDEVICE_EMULATOR_ABSENT=1 plays a host without the accelerator)");
   TORCH_CHECK(index >= 0 && index < kDeviceCount, c10::get_privateuse1_backend(), ":", int(index),
               " does not exist: the emulator has ", int(kDeviceCount), " devices, indices 0 to ", int(kDeviceCount) - 1);
+  const int shown = visible;
+  TORCH_CHECK(index < shown, c10::get_privateuse1_backend(), ":", int(index), " does not exist on this host: it has ",
+              shown, " of the emulator's ", int(kDeviceCount), " devices (samedevice.emulator.visible(", shown,
+              ") or SAMEDEVICE_EMULATOR_VISIBLE=", shown, " plays a host with fewer devices)");
 }
 }  // namespace samedevice
 
-extern "C" void samedevice_set_absent(int value) { absent = value != 0; }
+extern "C" void samedevice_set_visible(int count) { visible = count; }
 
 // torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the
 // subclass asks here, by the events' handles (event_id). 0 and the time in *out, or the error in *out_error and
