@@ -150,6 +150,10 @@ TEMPLATES = (
        r"the same "
        r"dtype|must have the same dtype|Found dtype \w+ but expected \w+",
        "two tensors of different dtypes, not devices"),
+    # torchmetrics' words for PyTorch's mismatch in a metric's update (Metric._wrap_update raises it from that
+    # one): read before PyTorch's own, which a chained traceback shows above it
+    _t("metric_devices", "mismatch", r"Encountered different devices in metric calculation",
+       "torchmetrics says a metric's update met tensors on two devices: its state and its inputs"),
     # (a paste that cut its first words still has both types: "nput type (torch.cuda.FloatTensor) and weight type")
     _t("input_weight", "mismatch", r"(?:(?<!\w)\w*put type )?\((?P<a>[\w.:]+)\) and weight type \((?P<b>[\w.:]+)\)"
        r"(?: should be the same)?", "convolution's check of the input's type against the weight's"),
@@ -1061,7 +1065,7 @@ def _without_prompts(code: str) -> str:
         return code
     lines = []
     for line in code.splitlines():
-        line = re.sub(r"^(?:>>>|\.\.\.)(?: |$)", "", line)
+        line = re.sub(r"^[ \t]*(?:>>>|\.\.\.)(?: |$)", "", line)  # (a docstring's example is indented)
         magic = re.match(r"\s*%+(?:time|timeit|prun)\s+(?P<stmt>.+)", line)
         if magic:
             line = magic.group("stmt")
@@ -1137,6 +1141,7 @@ def _ast_signals(tree: ast.AST) -> list[str]:
            for n in calls if _call_name(n).endswith("pack_padded_sequence")
            for lengths in [*n.args[1:2], *(k.value for k in n.keywords if k.arg == "lengths")]):
         found.append("lengths_cpu")
+    found += _metric_signals(tree)
     if _accumulates_on_the_cpu(tree):
         found.append("cpu_accumulator")
     if _device_scalar_beside_a_cpu_tensor(tree):
@@ -1158,7 +1163,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     on_device = any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in calls) or any(
         _call_name(n).split(".")[-1] in FACTORIES and any(k.arg == "device" and _to_a_device(n) for k in n.keywords)
         for n in calls)
-    if not moves and on_device and (built or any(_is_a_model(n) for n in calls)):
+    unmoved = built - _metric_names(tree)  # (a metric never moved is its own lesson, not the model's)
+    if not moves and on_device and (unmoved or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     if _batch_moved(tree):
         found.append("batch_moved")
@@ -1181,6 +1187,51 @@ def _ast_signals(tree: ast.AST) -> list[str]:
 
 
 LOSS_CLASS = r"(?!\w*(?:Model|Net|With))\w*(?:Loss|Criterion)"  # a loss's class, not a model's that holds one
+
+
+def _is_metric(node: ast.AST, imported: set[str]) -> bool:
+    """A call that builds a torchmetrics metric: a class (capitalized) reached through a name imported from
+    torchmetrics (`F1Score(...)`, `torchmetrics.MeanSquaredError()`, `classification.BinaryAccuracy()`); not one of
+    its functions (`torchmetrics.functional.accuracy(...)`)."""
+    parts = _call_name(node).split(".") if isinstance(node, ast.Call) else []
+    return bool(parts) and parts[0] in imported and parts[-1][:1].isupper()
+
+
+def _imported_from_torchmetrics(tree: ast.AST) -> set[str]:
+    """The names the code imports from torchmetrics (`import torchmetrics as tm`, `from torchmetrics import F1`)."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            for alias in n.names:
+                source = (n.module or "") if isinstance(n, ast.ImportFrom) else alias.name
+                if source.split(".")[0] == "torchmetrics":
+                    names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _metric_names(tree: ast.AST) -> set[str]:
+    """Names bound to a torchmetrics metric built in the code (`acc = Accuracy(task="binary")`)."""
+    imported = _imported_from_torchmetrics(tree)
+    return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_metric(n.value, imported)
+            for t in n.targets if isinstance(t, ast.Name)}
+
+
+def _metric_signals(tree: ast.AST) -> list[str]:
+    """A torchmetrics metric built by the code and never moved: run as it is built (`F1(...)(preds, y)`, in a step),
+    or bound to a name no `.to(device)` or `.cuda()` is called on; or one that is moved (`Accuracy().to(device)`, or
+    its name's `.to(device)`). A metric kept as an attribute (`self.acc = Accuracy()`, a child of the module that is
+    moved) says neither."""
+    imported = _imported_from_torchmetrics(tree)
+    if not imported:
+        return []
+    moves = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in ("to", "cuda") and _to_a_device(n)]
+    moved_names = {n.func.value.id for n in moves if isinstance(n.func, ast.Attribute)
+                   and isinstance(n.func.value, ast.Name)}
+    found = ["metric_moved" for n in moves if isinstance(n.func, ast.Attribute) and _is_metric(n.func.value, imported)]
+    found += ["metric_never_moved" for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_metric(n.func, imported)]
+    found += ["metric_moved" if name in moved_names else "metric_never_moved" for name in _metric_names(tree)]
+    return found
 
 
 def _batch_moved(tree: ast.AST) -> bool:
@@ -2376,6 +2427,8 @@ CODE_WHY = {
     "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
     "rng_state_all": "the RNG states of all the devices are saved or restored (get_rng_state_all, set_rng_state_all)",
+    "metric_never_moved": "a torchmetrics metric is built and never moved to the device",
+    "metric_moved": "the torchmetrics metric is moved to the device",
     "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",
     "shuffle": "a DataLoader shuffles (shuffle=True)",
     "device_generator": "a generator is made on a device",

@@ -69,6 +69,8 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     "lengths": ("RuntimeError", r"'lengths' argument should be a 1D CPU int64 tensor"),
     # a device tensor handed to NumPy (torch/csrc/utils/tensor_numpy.cpp, tensor_to_numpy's check of the device)
     "numpy": ("TypeError", r"can't convert \S+ device type tensor to numpy"),
+    # torchmetrics' words for a device mismatch in a metric's update (torchmetrics/metric.py, Metric._wrap_update)
+    "metric": ("RuntimeError", r"Encountered different devices in metric calculation"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -391,6 +393,15 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "score) beside a 0-dim device tensor (a loss, a metric)",
                          question="is a CPU tensor (a running total, a best score restored with map_location='cpu') "
                          "combined with a 0-dim device tensor (a loss, a metric)?")),
+    Scenario("metric_not_moved", "A metric (torchmetrics) built beside the model and never moved: its state stays "
+             "on the CPU", "user reports", _accelerators("metric"),
+             # torchmetrics' message names the metric's placement, but a metric of one's own that makes a tensor
+             # without device= in its update gets it too (factory_in_forward's lesson, in update)
+             clues=Clues(templates=("metric_devices",), code=("metric_never_moved",), against=("metric_moved",),
+                         prior=0.2,
+                         confirm="print the devices of the metric's state (metric.metric_state) beside its inputs'",
+                         question="was the metric built outside the model (or inside a step) and never moved "
+                         "with .to(device)?")),
     # the one input PyTorch takes on the CPU whatever the device: the message is its own, and so is the lesson, unless
     # a default device made the lengths there (the scenario above: pack_sequence's own tensor of lengths)
     Scenario("pack_padded_lengths", "A padded batch's lengths moved to the device with it: pack_padded_sequence "

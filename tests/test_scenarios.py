@@ -1117,3 +1117,41 @@ def test_device_scalar_into_cpu_one_way(op, raises: bool, accelerator: torch.dev
             op(dev, cpu)
     else:
         assert op(dev, cpu).device == accelerator
+
+
+# ---- metric_not_moved ----------------------------------------------------------------------------
+
+
+class _WithMetrics(nn.Module):
+    """A model that keeps one metric as its child and one in a plain dict, as LightningModules keep them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torchmetrics
+
+        self.net = nn.Linear(8, 2)
+        self.child = torchmetrics.MeanSquaredError()
+        self.in_a_dict = {"mse": torchmetrics.MeanSquaredError()}
+
+
+def test_metric_not_moved_a_child_metric_moves_with_its_module(accelerator: torch.device) -> None:
+    """The second fix: a metric that is an attribute of the moved module (a LightningModule's, set in __init__) moves
+    with it; one in a plain dict does not (plain_list_layers' lesson), and its update fails as the case's does."""
+    model = _WithMetrics().to(accelerator)
+    x, y = torch.randn(4, 8, device=accelerator), torch.randn(4, 2, device=accelerator)
+    output = model.net(x).detach()
+    model.child.update(output, y)
+    assert model.child.compute().device == accelerator
+    assert torch.equal(model.child.compute().cpu(), F.mse_loss(output, y).cpu())
+    expected = registry.expected(registry.get("metric_not_moved").symptom(accelerator.type))
+    assert expected is not None
+    with pytest.raises(expected[0], match=expected[1]):
+        model.in_a_dict["mse"].update(output, y)
+
+
+def test_metric_not_moved_state_is_made_on_the_cpu() -> None:
+    """What the lesson rests on: a metric's running state is tensors made when it is built, on the CPU."""
+    import torchmetrics
+
+    metric = torchmetrics.MeanSquaredError()
+    assert {t.device.type for t in metric.metric_state.values()} == {"cpu"}
