@@ -467,6 +467,12 @@ def test_cuda_rng_states_of_more_gpus_than_the_host_has_name_their_lesson() -> N
     elsewhere = ('  File "train.py", line 3, in <module>\n    torch.cuda.set_rng_state_all(states)\n'
                  '  File "train.py", line 9, in <module>\n    x = sizes[idx]\nIndexError: tuple index out of range')
     assert diagnose.read(elsewhere).template is None  # raised in the user's line, not in set_rng_state_all's frame
+    # nor an IndexError of a later traceback, after set_rng_state_all failed otherwise (a log of both)
+    later = ('  File "/venv/lib/python3.12/site-packages/torch/cuda/random.py", line 85, in set_rng_state_all\n'
+             "    set_rng_state(state, i)\nAttributeError: 'NoneType' object has no attribute 'clone'\n"
+             'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    h = x.shape[2]\n'
+             "IndexError: tuple index out of range")
+    assert diagnose.read(later).template is None
 
 
 def test_a_frame_the_traceback_shows_is_not_asked_about_again() -> None:

@@ -175,9 +175,18 @@ def test_a_host_with_fewer_devices_in_a_subprocess() -> None:
     done = run_python(code, **{emulator.VISIBLE_ENV: "1"})
     assert done.stdout.strip() == "1 1"
     assert "RuntimeError: emulated:1 does not exist on this host: it has 1 of the emulator's 2 devices" in done.stderr
+    for value in ("two", "3", "-1", "\u00b2"):
+        done = run_python("import torch; from samedevice import emulator; emulator.device();"
+                          "print(torch.emulated.device_count())", **{emulator.VISIBLE_ENV: value})
+        assert f"ValueError: SAMEDEVICE_EMULATOR_VISIBLE={value!r}: give how many of the emulator's 2" in done.stderr
+    # refused before anything is installed: the process registers once the variable is put right
+    done = run_python("import os, torch; from samedevice import emulator\ntry:\n    emulator.device()\n"
+                      "except ValueError:\n    del os.environ['SAMEDEVICE_EMULATOR_VISIBLE']\n"
+                      "print(emulator.device(1), torch.emulated.device_count())", **{emulator.VISIBLE_ENV: "x"})
+    assert done.stdout.strip() == "emulated:1 2", done.stderr
     done = run_python("import torch; from samedevice import emulator; emulator.device();"
-                      "print(torch.emulated.device_count())", **{emulator.VISIBLE_ENV: "two"})
-    assert "ValueError: SAMEDEVICE_EMULATOR_VISIBLE='two': give how many of the emulator's 2 devices" in done.stderr
+                      "print(torch.emulated.device_count())", **{emulator.VISIBLE_ENV: ""})
+    assert done.stdout.strip() == "2", done.stderr  # empty: not set
 
 
 # ---- what a device tensor refuses, as CUDA's does -------------------------------------------------

@@ -279,7 +279,7 @@ def test_device_generators_are_made_as_cuda_makes_them(dev: torch.device) -> Non
     clone = second.clone_state()
     assert clone.device == second.device
     assert torch.equal(clone.get_state(), second.get_state())
-    with pytest.raises(RuntimeError, match="emulated device index 2 is out of range"):
+    with pytest.raises(RuntimeError, match=r"^The device_index is invalid\.$"):  # createCUDAGenerator's words
         torch.Generator(device="emulated:2")
 
 
@@ -322,9 +322,20 @@ def test_a_host_with_fewer_devices_has_fewer_generators(dev: torch.device) -> No
             torch.ones(1, device=dev).to("emulated:1")
         with pytest.raises(RuntimeError, match="emulated:1 does not exist on this host"):
             torch.emulated.set_device(1)
+        with pytest.raises(RuntimeError, match="The device_index is invalid"):  # createCUDAGenerator's check
+            torch.Generator(device="emulated:1")
+        with pytest.raises(RuntimeError, match="Invalid device argument 1: did you call init"):
+            emulator.memory_allocated(1)
+        torch.accelerator.set_device_index(1)  # departure (README): CUDA refuses a hidden index here
+        with pytest.raises(RuntimeError, match="emulated:1 does not exist on this host"):
+            torch.zeros(1, device=emulator.NAME)
+        torch.accelerator.set_device_index(0)
+        torch.emulated.manual_seed_all(5)  # seeds the devices the host has, as torch.cuda's does
+        assert torch.equal(torch.emulated.get_rng_state(0), torch.Generator().manual_seed(5).get_state())
         torch.emulated.set_rng_state(saved[0], 0)  # the devices it has work as before
         assert torch.equal(torch.rand(8, device=dev).cpu(), first)
     assert torch.emulated.device_count() == torch.accelerator.device_count() == 2
+    assert not torch.equal(torch.emulated.get_rng_state(1), torch.Generator().manual_seed(5).get_state())  # hidden
     torch.emulated.set_rng_state_all(saved)
     assert torch.zeros(1, device="emulated:1").device == emulator.device(1)
 
@@ -333,10 +344,13 @@ def test_visible_takes_a_count_of_the_devices(dev: torch.device) -> None:
     with pytest.raises(ValueError, match=r"visible\(3\): the emulator has 2 devices, a host can show 0 to 2"), \
             emulator.visible(3):
         pass
-    with emulator.visible(0):  # none: a host without the accelerator
+    with emulator.visible(0):  # none: a host without the accelerator, as absent() plays it
         assert not torch.emulated.is_available()
+        assert emulator.is_absent()
         with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
             torch.zeros(1, device=dev)
+        with pytest.raises(RuntimeError, match="Found no emulated device on this host"):
+            torch.emulated.get_rng_state()
     with emulator.visible(2), emulator.visible(1):  # nested: the fewer wins
         assert torch.emulated.device_count() == 1
     assert torch.emulated.device_count() == 2

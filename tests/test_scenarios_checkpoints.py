@@ -139,8 +139,8 @@ def test_rng_state_device_count_restores_the_devices_it_has(module: str, tmp_pat
 
     scenario = registry.get("rng_state_device_count")
     code = scenario.case() if module == "case" else scenario.fix()
-    for index, draws in ((0, 3), (1, 5)):  # each device's generator somewhere of its own
-        torch.rand(draws, device=emulator.device(index))
+    for index in (0, 1):  # each device's generator somewhere of its own
+        torch.emulated.set_rng_state(torch.Generator().manual_seed(10 + index).get_state(), index)
     saved = torch.load(code.write_checkpoint(tmp_path, emulator.device()), weights_only=True)["rng"]["device"]
     assert len(saved) == 2
     assert not torch.equal(saved[0], saved[1])

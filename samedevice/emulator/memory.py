@@ -10,15 +10,16 @@ from __future__ import annotations
 import torch
 
 from samedevice.emulator import native
-from samedevice.emulator.registration import DEVICE_COUNT, index_of
+from samedevice.emulator.registration import DEVICE_COUNT, index_of, is_absent, visible_count
 
 _ALLOCATED, _PEAK = 0, 1
 
 
 def _index(dev: torch.device | str | int | None) -> int:
     index = index_of(dev)
-    # CUDACachingAllocator.cpp's check of the device argument, in its words
-    if not 0 <= index < DEVICE_COUNT:
+    # CUDACachingAllocator.cpp's check of the device argument, in its words, against the devices the host has (an
+    # absent host's figures are read as CUDA's are before it starts: torch.cuda.memory_stats gives none, no error)
+    if not 0 <= index < (DEVICE_COUNT if is_absent() else visible_count()):
         raise RuntimeError(f"Invalid device argument {index}: did you call init?")
     return index
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import sys
 import time
 import warnings
@@ -31,7 +32,19 @@ _draining = False  # the exit's drain (below) uses the devices even on a host th
 
 
 def is_absent() -> bool:
-    return not _draining and (_absent_depth > 0 or os.environ.get(ABSENT_ENV) == "1")
+    return not _draining and (_absent_depth > 0 or os.environ.get(ABSENT_ENV) == "1" or _shown() == 0)
+
+
+def _shown() -> int:
+    """How many devices the visible() blocks and SAMEDEVICE_EMULATOR_VISIBLE leave this host (all by default)."""
+    counts = [DEVICE_COUNT, *_visible_limits]
+    shown = os.environ.get(VISIBLE_ENV, "").strip()
+    if shown:
+        if not re.fullmatch(r"[0-9]+", shown, re.ASCII) or int(shown) > DEVICE_COUNT:
+            raise ValueError(f"{VISIBLE_ENV}={os.environ[VISIBLE_ENV]!r}: give how many of the emulator's "
+                             f"{DEVICE_COUNT} devices this host has, 0 to {DEVICE_COUNT}")
+        counts.append(int(shown))
+    return min(counts)
 
 
 @contextlib.contextmanager
@@ -59,7 +72,9 @@ def visible(count: int) -> Iterator[None]:
     `torch.accelerator.device_count()` are `count`, allocating on a higher index fails, and the RNG functions have
     no generator for it (`torch.emulated.set_rng_state(state, 1)` raises torch.cuda's IndexError). A checkpoint
     written by a run that had all the devices meets, here, the host that resumes it with fewer. `visible(0)` is
-    `absent()`. For a subprocess, set the environment variable SAMEDEVICE_EMULATOR_VISIBLE=<count>."""
+    `absent()`. For a subprocess, set the environment variable SAMEDEVICE_EMULATOR_VISIBLE=<count>. Unlike CUDA,
+    `torch.accelerator.set_device_index` still takes a hidden index (the C++ guard's own count is fixed, for the
+    autograd engine's device threads); allocating there is refused."""
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= DEVICE_COUNT:
         raise ValueError(f"visible({count!r}): the emulator has {DEVICE_COUNT} devices, a host can show 0 to "
                          f"{DEVICE_COUNT} of them")
@@ -77,16 +92,7 @@ def visible_count() -> int:
     """How many emulated devices this host has: all of them, none where it plays absent, fewer in `visible(n)`."""
     if is_absent():
         return 0
-    if _draining:
-        return DEVICE_COUNT
-    counts = [DEVICE_COUNT, *_visible_limits]
-    shown = os.environ.get(VISIBLE_ENV)
-    if shown is not None:
-        if not shown.strip().isdigit():
-            raise ValueError(f"{VISIBLE_ENV}={shown!r}: give how many of the emulator's {DEVICE_COUNT} devices "
-                             f"this host has, 0 to {DEVICE_COUNT}")
-        counts.append(int(shown))
-    return min(counts)
+    return DEVICE_COUNT if _draining else _shown()
 
 
 def _sync_absent() -> None:
@@ -281,6 +287,7 @@ def register() -> None:
     reason = unavailable_reason()
     if reason:
         raise EmulatorUnavailableError(reason)
+    _shown()  # a SAMEDEVICE_EMULATOR_VISIBLE it cannot read is refused before anything is installed
     from samedevice import compat
 
     compat.check()  # one line naming a missing private API; one warning on an untested torch

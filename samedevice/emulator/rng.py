@@ -71,8 +71,8 @@ def manual_seed(seed: int) -> None:
 
 
 def manual_seed_all(seed: int) -> None:
-    # CUDA queues the seed until the devices exist; the emulator's generators always exist
-    for g in _generators:
+    # CUDA seeds each device the host has (queued until they exist: the emulator's always do; an absent host's too)
+    for g in _generators[: registration.visible_count() or DEVICE_COUNT]:
         g.manual_seed(int(seed))
 
 
@@ -83,7 +83,7 @@ def seed() -> None:
 def seed_all() -> None:
     # torch.cuda.seed_all: one random seed, the same on every device
     _generators[0].seed()
-    for g in _generators[1:]:
+    for g in _generators[1: registration.visible_count() or DEVICE_COUNT]:
         g.manual_seed(_generators[0].initial_seed())
 
 

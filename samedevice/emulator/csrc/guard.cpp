@@ -209,6 +209,8 @@ struct EmulatedHooks final : public at::PrivateUse1HooksInterface {
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
   at::Generator getNewGenerator(DeviceIndex index) const override {
     TORCH_CHECK(visible > 0, "Found no emulated device on this host: a device generator needs the accelerator");
+    // createCUDAGenerator's check (CUDAGeneratorImpl.cpp) against the devices the host has
+    TORCH_CHECK(index < visible, "The device_index is invalid.");
     return make_generator(index);
   }
   bool isPinnedPtr(const void* data) const override { return visible > 0 && is_pinned(data); }
