@@ -366,7 +366,7 @@ TEMPLATES = (
        r"torch\.\w+\.default_generators\[idx\].{0,400}?IndexError: tuple index out of range"
        # (torch.xpu's and the emulator's too: a traceback through set_rng_state_all that ends in the IndexError, in
        # that one traceback: no other error's line nor a new traceback between them)
-       r"|in set_rng_state_all\b(?:(?!Traceback \(most recent call last\)|\w+(?:Error|Exception): ).){0,1500}?"
+       r"|in set_rng_state_all\b(?:(?!Traceback \(|Error: |Exception: ).){0,1500}?"
        r"(?P<m>IndexError: tuple index out of range)"
        r"|DeferredCudaCallError: CUDA call failed lazily at initialization with error: tuple index out of range",
        "a CUDA RNG state restored onto (or read from) a GPU index this host does not have"),
