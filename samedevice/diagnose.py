@@ -1422,11 +1422,15 @@ def _scopes(tree: ast.AST) -> list[ast.AST]:
     return [tree] + [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
+INPLACE_UPDATES = ("add_", "sub_", "mul_", "div_")
+
+
 def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
     """A running total: a name bound to a tensor made on the CPU (`total = torch.zeros(())`) and updated in place
-    with another tensor (`total += loss.detach()`), in a loop of one function (not a forward, where a tensor made
-    without device= is the factory's lesson; not a helper's one-off update) or in lines pasted at the top level. Not
-    updated with a number (`counts += 1`, `x /= 255.0`, `total += loss.item()`), nor with itself (`w /= w.sum()`)."""
+    with another tensor (`total += loss.detach()`, `total.add_(loss)`), in a loop of one function (not a forward,
+    where a tensor made without device= is the factory's lesson; not a helper's one-off update) or in lines pasted at
+    the top level. Not updated with a number (`counts += 1`, `x /= 255.0`, `total += loss.item()`), nor with itself
+    (`w /= w.sum()`)."""
     def another_tensor(value: ast.expr, name: str) -> bool:  # (a number read out of a tensor is no tensor)
         if any(isinstance(n, ast.Call) and (_call_name(n) in ("float", "int")
                                             or _call_name(n).endswith((".item", ".tolist"))) for n in ast.walk(value)):
@@ -1444,6 +1448,11 @@ def _accumulates_on_the_cpu(tree: ast.AST) -> bool:
                and (scope is tree or n in looped)
                and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and another_tensor(n.value, n.target.id)
                for n in nodes):
+            return True
+        # the same update by its method (`total.add_(loss)`, `hist.mul_(w)`)
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in INPLACE_UPDATES
+               and isinstance(n.func.value, ast.Name) and n.func.value.id in made and (scope is tree or n in looped)
+               and any(another_tensor(arg, n.func.value.id) for arg in n.args[:1]) for n in nodes):
             return True
     return False
 

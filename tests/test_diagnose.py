@@ -3186,6 +3186,10 @@ def test_a_long_run_of_word_characters_is_read_in_one_pass(text: str) -> None:
     ("model = Net().cuda()\ntotal = torch.zeros(())\nfor x, y in loader:\n"
      "    total += loss_fn(model(x.cuda()), y.cuda()).detach()\n", True),
     ("total_norm = torch.tensor(0.0)\nfor p in params:\n    total_norm += p.grad.norm() ** 2\n", True),
+    # by its in-place method, as often as by +=
+    ("model = Net().cuda()\ntotal = torch.zeros(())\nfor x, y in loader:\n"
+     "    total.add_(criterion(model(x.cuda()), y.cuda()).detach())\n", True),
+    ("total = torch.zeros(())\nfor x, y in loader:\n    total.add_(loss.item())\n", False),
     # on the device, or a Python number: no CPU total
     ("total = torch.zeros((), device=device)\ntotal += loss.detach()\n", False),
     ("total = 0.0\ntotal += loss.item()\n", False),
