@@ -4,13 +4,14 @@
 `RuntimeError: Encountered different devices in metric calculation (see stacktrace for details). This could be due to the metric class not being on the same device as input. ...`
 
 **Cause**: a torchmetrics metric is an `nn.Module` whose running state (a sum, a count) is tensors made when
-it is built, on the CPU. `model.to(device)` moves the model and its children, nothing else: a metric built
+it is built, on the CPU, which its own `.to` moves. `model.to(device)` moves the model and its children, nothing
+else: a metric built
 beside the model in a training script, or inside a step (`F1(...)(preds, y)` in a LightningModule's
 `validation_step`), is nobody's child and stays where it was made. Its first `update` adds the model's outputs,
 on the device, into that CPU state; PyTorch's "Expected all tensors to be on the same device" is raised inside,
 and torchmetrics words it again as above. Lightning moves a metric only when it is an attribute of the
-LightningModule, set in `__init__` (a plain dict of them is plain_list_layers' lesson). On CPU all of it is on
-the CPU.
+LightningModule set before the module is moved (in `__init__`, `setup` or `configure_model`; a plain dict of
+them is plain_list_layers' lesson). On CPU all of it is on the CPU.
 
 **Fix**: move the metric to the device of its inputs when it is built: `MeanSquaredError().to(device)`
 (shown). Or make it a child of a module that is moved: an attribute of the model or of the LightningModule.

@@ -645,6 +645,9 @@ FRAMES = {
     "distributions": (r"torch[/\\]distributions[/\\]", None),
     # a graph torch.compile traced and Inductor compiled: its kernels are Inductor's, not the user's ops
     "compiled": (r"torch[/\\]_(?:dynamo|inductor)[/\\]", None),
+    # a metric's update in torchmetrics (its modular metric or its functional update): the metric's state meets its
+    # inputs there
+    "metric": (r"torchmetrics[/\\]", None),
     # a Hugging Face library's frame (a model's modeling file, accelerate's hooks that move each block's inputs)
     "hf_library": (r"[/\\](?:transformers|accelerate|peft)[/\\]", None),
 }
@@ -1065,9 +1068,12 @@ def _without_prompts(code: str) -> str:
     (`%time expr`) reduced to their statement, and shell escapes (`!pip ...`) and other magics left out."""
     if not re.search(r"(?m)^[ \t]*(?:>>>|%|!)", code):
         return code
-    lines = []
+    lines, prompted = [], False
     for line in code.splitlines():
-        line = re.sub(r"^[ \t]*(?:>>>|\.\.\.)(?: |$)", "", line)  # (a docstring's example is indented)
+        # a prompt, indented too (a docstring's example); `...` only as a prompt's continuation, not an Ellipsis body
+        prompt = re.match(r"[ \t]*>>>(?: |$)", line) or (prompted and re.match(r"[ \t]*\.\.\.(?: |$)", line))
+        prompted = bool(prompt)
+        line = line[prompt.end():] if prompt else line
         magic = re.match(r"\s*%+(?:time|timeit|prun)\s+(?P<stmt>.+)", line)
         if magic:
             line = magic.group("stmt")
@@ -1113,11 +1119,15 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     # a `self.<name> = ...` outside any function: lines of a method (of __init__) pasted on their own
     for node in getattr(tree, "body", []):
         found += _attribute_signals(node)
+    # a factory moved as it is made (`torch.ones(n).cuda()`, `.to(x.device)`) is not left on the CPU
+    moved_at_once = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Attribute) and n.func.attr in ("to", "cuda") and _to_a_device(n)}
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for node in ast.walk(fn):
             name = _call_name(node) if isinstance(node, ast.Call) else ""
             if fn.name == "forward" and isinstance(node, ast.Call) and name.startswith(("torch.", "np.")) \
-                    and name.split(".")[-1] in FACTORIES and not any(k.arg == "device" for k in node.keywords):
+                    and name.split(".")[-1] in FACTORIES and not any(k.arg == "device" for k in node.keywords) \
+                    and id(node) not in moved_at_once and not re.fullmatch(DEVICE_TYPED, name):
                 found.append("factory_in_forward")
             if fn.name == "forward" and re.fullmatch(LAYER, name):
                 found.append("factory_in_forward")  # a layer made in forward: its weights are made on the CPU
@@ -1132,7 +1142,11 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     loads = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n).endswith("load_state_dict")]
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     built = _modules_built_and_called(tree, calls) | _models_loaded(tree)
-    moves = [n.lineno for n in calls if _placed_at_load(n) or _moves_a_module(n, built)]
+    # (a metric's move is not the model's: `Accuracy().to(device)`, `acc.to(device)`)
+    metrics, imported = _metric_names(tree), _imported_from_torchmetrics(tree)
+    moves = [n.lineno for n in calls if (_placed_at_load(n) or _moves_a_module(n, built))
+             and not (isinstance(n.func, ast.Attribute) and (_is_metric(n.func.value, imported) or (
+                 isinstance(n.func.value, ast.Name) and n.func.value.id in metrics)))]
     # a draw given its generator and its device at once (`torch.randn(s, generator=g, device=d)`): no default device
     if any({"generator", "device"} <= {k.arg for k in n.keywords} for n in calls):
         found.append("draw_device_given")
@@ -1144,6 +1158,8 @@ def _ast_signals(tree: ast.AST) -> list[str]:
            for lengths in [*n.args[1:2], *(k.value for k in n.keywords if k.arg == "lengths")]):
         found.append("lengths_cpu")
     found += _metric_signals(tree)
+    if _device_picked_in_forward(tree):
+        found.append("device_picked")
     if _accumulates_on_the_cpu(tree):
         found.append("cpu_accumulator")
     if _device_scalar_beside_a_cpu_tensor(tree):
@@ -1162,10 +1178,14 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     if loads and moves and min(loads) < min(moves):
         found.append("load_before_move")
     # inputs moved to the device (or made there) and a model in the code (one called, built or loaded) that never is
-    on_device = any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in calls) or any(
+    # (not what a forward makes or moves: the model's own tensors, no input a script prepared)
+    in_forward = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name == "forward"
+                  for n in ast.walk(fn)}
+    prepared = [n for n in calls if id(n) not in in_forward]
+    on_device = any(_call_name(n).split(".")[-1] in ("to", "cuda") and _to_a_device(n) for n in prepared) or any(
         _call_name(n).split(".")[-1] in FACTORIES and any(k.arg == "device" and _to_a_device(n) for k in n.keywords)
-        for n in calls)
-    unmoved = built - _metric_names(tree)  # (a metric never moved is its own lesson, not the model's)
+        for n in prepared)
+    unmoved = built - metrics  # (a metric never moved is its own lesson, not the model's)
     if not moves and on_device and (unmoved or any(_is_a_model(n) for n in calls)):
         found.append("model_never_moved")
     if _batch_moved(tree):
@@ -1191,6 +1211,40 @@ def _ast_signals(tree: ast.AST) -> list[str]:
 LOSS_CLASS = r"(?!\w*(?:Model|Net|With))\w*(?:Loss|Criterion)"  # a loss's class, not a model's that holds one
 
 
+# a device named in the code, not taken from a tensor: "cuda", "cuda:1", torch.device("mps"), `"cuda" if
+# torch.cuda.is_available() else "cpu"`, the accelerator this host has (torch.accelerator.current_accelerator())
+PICKED_DEVICE = (r"""^(?:['"](?:cuda|mps|xpu)(?::\d+)?['"]|torch\.device\(\s*['"](?:cuda|mps|xpu)[^)]*\)"""
+                 r"|.*\bis_available\(\).*|.*\bcurrent_accelerator\(.*)$")
+# a legacy typed constructor of a device's (`torch.cuda.FloatTensor(...)`): made on that device whatever the input
+DEVICE_TYPED = r"torch\.cuda\.\w*Tensor"
+
+
+def _device_picked_in_forward(tree: ast.AST) -> bool:
+    """A forward that puts what it makes on a device it names itself, not its input's: `.cuda()`, `.to("cuda")`,
+    `device="cuda:0"`, `device=DEVICE` where DEVICE is bound in the code to such a pick (`torch.device("cuda" if
+    torch.cuda.is_available() else "cpu")`), or `torch.cuda.FloatTensor(...)`. A run on another device than the one
+    the code picks (the CPU on a GPU host, a second GPU) mixes the two."""
+    picks = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets if isinstance(t, ast.Name)}
+
+    def picked(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id in picks) or re.fullmatch(
+            PICKED_DEVICE, ast.unparse(node), re.S) is not None
+
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            name = _call_name(node)
+            if name.endswith(".cuda") or re.fullmatch(DEVICE_TYPED, name):
+                return True
+            if name.endswith(".to") and node.args and picked(node.args[0]):
+                return True
+            if any(k.arg == "device" and picked(k.value) for k in node.keywords):
+                return True
+    return False
+
+
 def _is_metric(node: ast.AST, imported: set[str]) -> bool:
     """A call that builds a torchmetrics metric: a class (capitalized) reached through a name imported from
     torchmetrics (`F1Score(...)`, `torchmetrics.MeanSquaredError()`, `classification.BinaryAccuracy()`); not one of
@@ -1212,10 +1266,25 @@ def _imported_from_torchmetrics(tree: ast.AST) -> set[str]:
 
 
 def _metric_names(tree: ast.AST) -> set[str]:
-    """Names bound to a torchmetrics metric built in the code (`acc = Accuracy(task="binary")`)."""
+    """Names bound to a torchmetrics metric built in the code (`acc = Accuracy(task="binary")`, `acc: Accuracy =
+    ...`)."""
     imported = _imported_from_torchmetrics(tree)
-    return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_metric(n.value, imported)
-            for t in n.targets if isinstance(t, ast.Name)}
+    return {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+            and _is_metric(n.value, imported)
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+
+
+METRIC_USES = ("update", "compute", "forward", "reset", "to", "cuda")  # what a metric used on its own is asked
+
+
+def _used_on_its_own(tree: ast.AST, name: str) -> bool:
+    """Every read of the name runs the metric or asks it (`acc(p, y)`, `acc.update(...)`, `acc.to(device)`): it is
+    not handed on, to an attribute (`self.acc = acc`, `acc.clone()`) or a module (`Model(metric=acc)`), which a
+    move of that owner moves."""
+    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    asked = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in METRIC_USES}
+    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    return all(id(n) in calls or id(n) in asked for n in reads)
 
 
 def _metric_signals(tree: ast.AST) -> list[str]:
@@ -1232,7 +1301,8 @@ def _metric_signals(tree: ast.AST) -> list[str]:
                    and isinstance(n.func.value, ast.Name)}
     found = ["metric_moved" for n in moves if isinstance(n.func, ast.Attribute) and _is_metric(n.func.value, imported)]
     found += ["metric_never_moved" for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_metric(n.func, imported)]
-    found += ["metric_moved" if name in moved_names else "metric_never_moved" for name in _metric_names(tree)]
+    found += ["metric_moved" if name in moved_names else "metric_never_moved" for name in _metric_names(tree)
+              if _used_on_its_own(tree, name)]
     return found
 
 
@@ -1724,6 +1794,9 @@ def _text_signals(code: str) -> list[str]:
     if forward and (re.search(FACTORY_CALL, forward.group(0))
                     or re.search(r"(?<![\w.])" + LAYER + r"\(", forward.group(0))):
         found.append("factory_in_forward")
+    if forward and re.search(r"""\.cuda\(|\bdevice\s*=\s*['"](?:cuda|mps|xpu)|\.to\(\s*['"](?:cuda|mps|xpu)|"""
+                             + DEVICE_TYPED + r"\(", forward.group(0)):
+        found.append("device_picked")
     if any(re.search(rf"self\.{name}\.append\(\s*(?:torch\.)?nn\.", code)
            for name in re.findall(r"self\.(\w+)\s*=\s*\[\s*\]", code)):
         found.append("plain_list_layers")
@@ -2438,6 +2511,7 @@ CODE_WHY = {
     "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
     "rng_state_all": "the RNG states of all the devices are saved or restored (get_rng_state_all, set_rng_state_all)",
+    "device_picked": "a forward makes a tensor on a device the code names itself (\"cuda\", .cuda()), not its input's",
     "metric_never_moved": "a torchmetrics metric is built and never moved to the device",
     "metric_moved": "the torchmetrics metric is moved to the device",
     "default_device": "a default device is set to an accelerator (set_default_device, set_default_tensor_type)",

@@ -216,6 +216,19 @@ def host_without(device: torch.device) -> AbstractContextManager[None]:
     return emulator.absent() if device.type == emulator.NAME else nullcontext()
 
 
+def current_accelerator() -> torch.device:
+    """The accelerator this host has, as code that picks one by availability finds it (`torch.device("cuda" if
+    torch.cuda.is_available() else "cpu")`, `torch.accelerator.current_accelerator(check_available=True)`), else the
+    CPU: a real accelerator first, CUDA, then MPS and XPU (the order of PyTorch's own `_get_available_device_type`),
+    then the emulated device (which `torch.accelerator` would put first once registered). Index-less: the current
+    device."""
+    found = [torch.cuda.is_available(), torch.backends.mps.is_available(),
+             hasattr(torch, "xpu") and torch.xpu.is_available(),
+             torch._C._get_privateuse1_backend_name() == emulator.NAME and emulator.visible_count() > 0]
+    return next((torch.device(kind) for kind, there in zip(("cuda", "mps", "xpu", emulator.NAME), found) if there),
+                torch.device("cpu"))
+
+
 def host_with_one_device(device: torch.device) -> AbstractContextManager[None]:
     """Play, in this process, a host with one device of `device`'s kind, fewer than the emulator's two: its
     `visible(1)`, as CUDA_VISIBLE_DEVICES=0 shows one GPU. A real accelerator cannot hide its devices from its own

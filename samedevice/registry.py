@@ -393,11 +393,20 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "score) beside a 0-dim device tensor (a loss, a metric)",
                          question="is a CPU tensor (a running total, a best score restored with map_location='cpu') "
                          "combined with a 0-dim device tensor (a loss, a metric)?")),
+    Scenario("hardcoded_device", "Model code that picks a device of its own (\"cuda\" if available, .cuda()): a "
+             "CPU run on a GPU host fails", "user reports", _accelerators("mismatch"),
+             # (its symptom is the host's: the broken code runs on the CPU of a host that has the accelerator)
+             clues=Clues(pairs=("accelerator_cpu", "two_accelerators"), code=("device_picked",), prior=0.1,
+                         confirm="run the model on the CPU on the machine with the GPU: the mismatch is a tensor the "
+                         "forward makes on the GPU",
+                         question="does the model's code pick a device itself (\"cuda\" if torch.cuda.is_available(), "
+                         ".cuda(), device=\"cuda:0\") where it should take its input's (x.device)?")),
     Scenario("metric_not_moved", "A metric (torchmetrics) built beside the model and never moved: its state stays "
              "on the CPU", "user reports", _accelerators("metric"),
              # torchmetrics' message names the metric's placement, but a metric of one's own that makes a tensor
              # without device= in its update gets it too (factory_in_forward's lesson, in update)
-             clues=Clues(templates=("metric_devices",), code=("metric_never_moved",), against=("metric_moved",),
+             clues=Clues(templates=("metric_devices",), frames=("metric",), code=("metric_never_moved",),
+                         against=("metric_moved",),
                          prior=0.2,
                          confirm="print the devices of the metric's state (metric.metric_state) beside its inputs'",
                          question="was the metric built outside the model (or inside a step) and never moved "

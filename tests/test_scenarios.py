@@ -1142,16 +1142,44 @@ def test_metric_not_moved_a_child_metric_moves_with_its_module(accelerator: torc
     output = model.net(x).detach()
     model.child.update(output, y)
     assert model.child.compute().device == accelerator
-    assert torch.equal(model.child.compute().cpu(), F.mse_loss(output, y).cpu())
+    torch.testing.assert_close(model.child.compute().cpu(), F.mse_loss(output, y).cpu())
     expected = registry.expected(registry.get("metric_not_moved").symptom(accelerator.type))
     assert expected is not None
     with pytest.raises(expected[0], match=expected[1]):
         model.in_a_dict["mse"].update(output, y)
 
 
-def test_metric_not_moved_state_is_made_on_the_cpu() -> None:
-    """What the lesson rests on: a metric's running state is tensors made when it is built, on the CPU."""
+def test_metric_not_moved_state_is_made_on_the_cpu_and_moved_by_its_own_to(accelerator: torch.device) -> None:
+    """What the lesson rests on: a metric's running state is tensors made when it is built, on the CPU; they are no
+    buffers and stay out of its state_dict, but the metric's own .to moves them (torchmetrics' Metric._apply)."""
     import torchmetrics
 
     metric = torchmetrics.MeanSquaredError()
     assert {t.device.type for t in metric.metric_state.values()} == {"cpu"}
+    assert (dict(metric.named_buffers()), dict(metric.state_dict())) == ({}, {})
+    metric.to(accelerator)
+    assert {t.device for t in metric.metric_state.values()} == {torch.device(accelerator.type, 0)}
+
+
+# ---- hardcoded_device ----------------------------------------------------------------------------
+
+
+def test_hardcoded_device_runs_only_where_the_pick_is(accelerator: torch.device) -> None:
+    """The broken model makes its tensor on the host's accelerator, index-less: the current device. There it runs;
+    on the CPU of that host, and on a second device of the kind, it fails."""
+    case = registry.get("hardcoded_device").case()
+    model, x = harness.new_model(case.ScaledNet), torch.randn(4, 8)
+    with harness.as_on_a_host_of(accelerator):
+        picked = harness.current_accelerator()
+        if picked.type != accelerator.type:
+            pytest.skip(f"the code's pick on this host is {picked.type}, not {accelerator.type}")
+        home = torch.device(accelerator.type, 0)
+        assert model.to(home)(x.to(home)).device == home
+        mismatch = registry.SYMPTOMS["mismatch"][1]
+        with pytest.raises(RuntimeError, match=mismatch):
+            model.cpu()(x)
+        if devices.count(accelerator.type) >= 2:
+            second = torch.device(accelerator.type, 1)
+            with pytest.raises(RuntimeError, match=rf"{SAME}, but found at least two devices, "
+                                                   rf"(?:{second} and {home}|{home} and {second})!"):
+                model.to(second)(x.to(second))
