@@ -8,8 +8,8 @@
 itself (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, a module-level `DEVICE` constant,
 `.cuda()` when CUDA is available, `device="cuda:0"` written in), not on the device of its input. The caller
 chose another: the CPU for a test or an evaluation on a machine with a GPU, a second GPU, a model moved back
-with `model.to("cpu")`. On a CPU-only machine (CPU CI) the pick is the CPU and all is well; on the GPU the
-code was written on, the pick is that GPU and all is well too.
+with `model.to("cpu")`. On a CPU-only machine (CPU CI) an availability pick is the CPU and all is well; on
+the GPU the code was written on, the pick is that GPU and all is well too.
 
 **Fix**: take the device from the input, as `factory_in_forward` does: `device=x.device` (shown), or
 `x.new_ones(...)`. A library function that takes a `device=` defaulting to "cuda" (torchsummary's `summary`,

@@ -1220,27 +1220,39 @@ DEVICE_TYPED = r"torch\.cuda\.\w*Tensor"
 
 
 def _device_picked_in_forward(tree: ast.AST) -> bool:
-    """A forward that puts what it makes on a device it names itself, not its input's: `.cuda()`, `.to("cuda")`,
-    `device="cuda:0"`, `device=DEVICE` where DEVICE is bound in the code to such a pick (`torch.device("cuda" if
-    torch.cuda.is_available() else "cpu")`), or `torch.cuda.FloatTensor(...)`. A run on another device than the one
-    the code picks (the CPU on a GPU host, a second GPU) mixes the two."""
-    picks = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)
-             and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets if isinstance(t, ast.Name)}
+    """A forward that puts what it makes on a device it names itself, not its input's: `.cuda()` (no device given,
+    or a number), `.to("cuda")`, `device="cuda:0"`, `torch.cuda.FloatTensor(...)`, or a device picked by
+    availability (`torch.device("cuda" if torch.cuda.is_available() else "cpu")`) in the forward itself, or bound
+    at the top of the file to a name the forward reads and nothing else in the code moves a model or an input to
+    (a script that moves its model there too runs its forward on that device). A run on another device than the
+    pick (the CPU on a GPU host, a second GPU) mixes the two."""
+    forwards = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"]
+    in_forward = {id(n) for fn in forwards for n in ast.walk(fn)}
+    top = {t.id for n in getattr(tree, "body", []) if isinstance(n, ast.Assign)
+           and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets if isinstance(t, ast.Name)}
+    # a pick the script also moves its model or inputs to (`model.to(device)`): the forward's device is theirs
+    followed = {a.id for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in in_forward
+                and _call_name(n).split(".")[-1] in ("to", "cuda") for a in n.args if isinstance(a, ast.Name)}
+    followed |= {k.value.id for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in in_forward
+                 for k in n.keywords if k.arg == "device" and isinstance(k.value, ast.Name)}
+    for fn in forwards:
+        local = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]} | {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        picks = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                 and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets
+                 if isinstance(t, ast.Name)} | ((top - followed) - local)
 
-    def picked(node: ast.expr) -> bool:
-        return (isinstance(node, ast.Name) and node.id in picks) or re.fullmatch(
-            PICKED_DEVICE, ast.unparse(node), re.S) is not None
-
-    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
         for node in ast.walk(fn):
             if not isinstance(node, ast.Call):
                 continue
             name = _call_name(node)
-            if name.endswith(".cuda") or re.fullmatch(DEVICE_TYPED, name):
+            if (name.endswith(".cuda") and all(isinstance(a, ast.Constant) for a in node.args)) \
+                    or re.fullmatch(DEVICE_TYPED, name):
                 return True
-            if name.endswith(".to") and node.args and picked(node.args[0]):
-                return True
-            if any(k.arg == "device" and picked(k.value) for k in node.keywords):
+            given = [node.args[0]] if name.endswith(".to") and node.args else []
+            given += [k.value for k in node.keywords if k.arg == "device"]
+            if any((isinstance(g, ast.Name) and g.id in picks) or re.fullmatch(PICKED_DEVICE, ast.unparse(g), re.S)
+                   for g in given):
                 return True
     return False
 

@@ -1164,9 +1164,20 @@ def test_metric_not_moved_state_is_made_on_the_cpu_and_moved_by_its_own_to(accel
 # ---- hardcoded_device ----------------------------------------------------------------------------
 
 
+def test_hardcoded_device_fix_follows_its_input(device: torch.device) -> None:
+    """The fixed model, trained on each device (the accelerators too, which the catalog's CPU runs are not), gives
+    the CPU reference's parameters: its tensor is made where its input is."""
+    fix = registry.get("hardcoded_device").fix()
+    model = harness.new_model(fix.ScaledNet).to(device)
+    harness.train(model, harness.sgd(model.parameters()), harness.batches(), device)
+    reference = harness.new_model(fix.ScaledNet)
+    harness.train(reference, harness.sgd(reference.parameters()), harness.batches(), torch.device("cpu"))
+    assert_same_params(harness.cpu_state(model), harness.cpu_state(reference), exact=device.type == "cpu")
+
+
 def test_hardcoded_device_runs_only_where_the_pick_is(accelerator: torch.device) -> None:
     """The broken model makes its tensor on the host's accelerator, index-less: the current device. There it runs;
-    on the CPU of that host, and on a second device of the kind, it fails."""
+    on the CPU of that host, and on a second device of the kind, it fails (the pick is the current device, 0)."""
     case = registry.get("hardcoded_device").case()
     model, x = harness.new_model(case.ScaledNet), torch.randn(4, 8)
     with harness.as_on_a_host_of(accelerator):
