@@ -1119,9 +1119,18 @@ def _ast_signals(tree: ast.AST) -> list[str]:
     # a `self.<name> = ...` outside any function: lines of a method (of __init__) pasted on their own
     for node in getattr(tree, "body", []):
         found += _attribute_signals(node)
-    # a factory moved as it is made (`torch.ones(n).cuda()`, `.to(x.device)`) is not left on the CPU
-    moved_at_once = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
-                     and isinstance(n.func, ast.Attribute) and n.func.attr in ("to", "cuda") and _to_a_device(n)}
+    # a factory moved as it is made (`torch.ones(n).cuda()`, `.to(x.device)`, `torch.zeros(n).float().cuda()`) is not
+    # left on the CPU
+    moved_at_once = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("to", "cuda", "type") \
+                and (_to_a_device(n) if n.func.attr != "type" else any(
+                    re.fullmatch(DEVICE_TYPED, ast.unparse(a)) for a in n.args)):
+            receiver: ast.AST = n.func.value
+            while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+                moved_at_once.add(id(receiver))
+                receiver = receiver.func.value
+            moved_at_once.add(id(receiver))
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for node in ast.walk(fn):
             name = _call_name(node) if isinstance(node, ast.Call) else ""
@@ -1230,6 +1239,10 @@ def _device_picked_in_forward(tree: ast.AST) -> bool:
     in_forward = {id(n) for fn in forwards for n in ast.walk(fn)}
     top = {t.id for n in getattr(tree, "body", []) if isinstance(n, ast.Assign)
            and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets if isinstance(t, ast.Name)}
+    # a module's own attribute set to such a pick (`self.device = torch.device("cuda" if ... else "cpu")`)
+    kept = {ast.unparse(t) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and re.fullmatch(PICKED_DEVICE, ast.unparse(n.value), re.S) for t in n.targets
+            if isinstance(t, ast.Attribute) and _call_name(t.value) == "self"}
     # a pick the script also moves its model or inputs to (`model.to(device)`): the forward's device is theirs
     followed = {a.id for n in ast.walk(tree) if isinstance(n, ast.Call) and id(n) not in in_forward
                 and _call_name(n).split(".")[-1] in ("to", "cuda") for a in n.args if isinstance(a, ast.Name)}
@@ -1247,12 +1260,13 @@ def _device_picked_in_forward(tree: ast.AST) -> bool:
                 continue
             name = _call_name(node)
             if (name.endswith(".cuda") and all(isinstance(a, ast.Constant) for a in node.args)) \
-                    or re.fullmatch(DEVICE_TYPED, name):
+                    or re.fullmatch(DEVICE_TYPED, name) \
+                    or (name.endswith(".type") and any(re.fullmatch(DEVICE_TYPED, ast.unparse(a)) for a in node.args)):
                 return True
             given = [node.args[0]] if name.endswith(".to") and node.args else []
             given += [k.value for k in node.keywords if k.arg == "device"]
-            if any((isinstance(g, ast.Name) and g.id in picks) or re.fullmatch(PICKED_DEVICE, ast.unparse(g), re.S)
-                   for g in given):
+            if any((isinstance(g, ast.Name) and g.id in picks) or ast.unparse(g) in kept
+                   or re.fullmatch(PICKED_DEVICE, ast.unparse(g), re.S) for g in given):
                 return True
     return False
 

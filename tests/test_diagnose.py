@@ -460,6 +460,11 @@ PICKED = {
                               "        return x + torch.arange(3, device=DEVICE)\n"),
     "a typed constructor": ("class N(nn.Module):\n    def forward(self, x):\n"
                             "        return x + torch.cuda.FloatTensor(3)\n"),
+    "a module's own pick": ("class N(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                            "        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+                            "    def forward(self, x):\n        return x + torch.ones(3, device=self.device)\n"),
+    "a cast to a CUDA type": ("class N(nn.Module):\n    def forward(self, x):\n"
+                              "        return x + torch.zeros(3).float().type(torch.cuda.FloatTensor)\n"),
     "to a picked device": ("class N(nn.Module):\n    def forward(self, x):\n"
                            "        d = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
                            "        return x + torch.ones(3).to(d)\n"),
@@ -496,6 +501,9 @@ def test_a_forward_that_follows_its_input_names_no_device() -> None:
         "forward's parameter": pick + ("class N(nn.Module):\n    def forward(self, x, device):\n"
                                        "        return torch.ones(3, device=device)\n"),
         "cuda(x.device)": "class N(nn.Module):\n    def forward(self, x):\n        return torch.ones(3).cuda(x.device)\n",
+        "an attribute given": ("class N(nn.Module):\n    def __init__(self, device):\n        super().__init__()\n"
+                               "        self.device = device\n    def forward(self, x):\n"
+                               "        return x + torch.ones(3, device=self.device)\n"),
     }
     for name, code in not_picked.items():
         assert not {"device_picked", "factory_in_forward"} & set(diagnose.read("", code).code), name
