@@ -386,7 +386,8 @@ TEMPLATES = (
     _t("duplicate_gpu", "duplicate_gpu", r"Duplicate GPU detected ?: rank \d+ and rank \d+ both on CUDA device",
        "NCCL found two ranks of one process group on one GPU"),
     # CUDA touched in a forked process (a DataLoader worker's transform, a CUDA default tensor type), which CUDA refuses
-    _t("cuda_in_fork", "fork", r"Cannot re-initialize CUDA in forked subprocess",
+    # (the emulated device words it with its own name)
+    _t("cuda_in_fork", "fork", r"Cannot re-initialize (?:CUDA|\w+) in forked subprocess",
        "CUDA used in a forked process, a DataLoader worker"),
     # cudaErrorInitializationError's text: CUDA failed to start in this process, a forked one that inherited a
     # parent's CUDA (a DataLoader worker calling .cuda() where torch's own fork check was not met) or a driver's fault
@@ -645,6 +646,8 @@ FRAMES = {
     "distributions": (r"torch[/\\]distributions[/\\]", None),
     # a graph torch.compile traced and Inductor compiled: its kernels are Inductor's, not the user's ops
     "compiled": (r"torch[/\\]_(?:dynamo|inductor)[/\\]", None),
+    # a DataLoader's worker process, which runs the Dataset, its transforms and collate_fn (and re-raises their error)
+    "dataloader_worker": (r"torch[/\\]utils[/\\]data[/\\]_utils[/\\](?:worker|fetch)\.py", None),
     # a metric's update in torchmetrics (its modular metric or its functional update): the metric's state meets its
     # inputs there
     "metric": (r"torchmetrics[/\\]", None),
@@ -786,6 +789,8 @@ SIGNALS = {
     "map_location_device": r"map_location\s*=\s*(?:device|['\"](?:cuda|mps|xpu)|torch\.device\(['\"](?:cuda|mps))",
     "set_rng_state": r"set_rng_state\(",
     "rng_state_all": r"\b(?:get|set)_rng_state_all\(",  # one state per device of the host
+    # DataLoader workers: a loader given some (`num_workers=4`, `num_workers=args.workers`), or a worker's re-raise
+    "dataloader_worker": r"\bnum_workers\s*=\s*(?!0\b)\w",
     # torch.load told to put the storages on the CPU ('cpu', a device, a function or a dict of them): no rank's
     # tensors land on device 0
     "map_location_cpu": r"(?m)^[^#\n]*\bmap_location\s*=\s*(?:['\"]cpu['\"]|torch\.device\(\s*['\"]cpu['\"]"
@@ -2024,6 +2029,13 @@ class Elsewhere:
 
 
 ELSEWHERE = (
+    # CUDA's older words for its refusal in a forked child (a DataLoader worker) are also what a driver or a
+    # container that would not start CUDA prints: said after the lesson, unless the input shows the workers
+    Elsewhere("cuda_init", ("device_in_dataloader_worker",), ("dataloader_worker",),
+              "in a process forked after its parent used CUDA (a DataLoader worker whose Dataset, transform or "
+              "collate_fn moves tensors to the GPU) it is this lesson. Outside a fork it is the driver or the "
+              "container, and no lesson of the catalog applies: nvidia-smi, and a driver that matches the CUDA build",
+              first=False),
     # the message gives the CPU host's fix itself ("If you are running on a CPU-only machine, please use
     # map_location"); what it does not say is that a host with a GPU gets it too when PyTorch cannot see that GPU.
     # The CPU host is the likelier: of the 21 reports of this message (the 70 and the held out), 17 are labelled
@@ -2537,6 +2549,7 @@ CODE_WHY = {
     "class_weight": "CrossEntropyLoss or NLLLoss is given weight=",
     "map_location_cpu": "torch.load(map_location=<the CPU>)", "set_rng_state": "an RNG state is restored",
     "rng_state_all": "the RNG states of all the devices are saved or restored (get_rng_state_all, set_rng_state_all)",
+    "dataloader_worker": "a DataLoader runs worker processes (num_workers > 0)",
     "device_picked": "a forward makes a tensor on a device the code names itself (\"cuda\", .cuda()), not its input's",
     "metric_never_moved": "a torchmetrics metric is built and never moved to the device",
     "metric_moved": "the torchmetrics metric is moved to the device",
@@ -2657,14 +2670,6 @@ NOT_TAUGHT = {
     "cpu_only": "this build has no kernel for the op on the device (PyTorch's quantized ops run on the CPU; an op of "
                 "torchvision or an extension needs a build for this CUDA): run the op on the CPU and move its result, "
                 "or use a release or build that has one; no lesson of the catalog covers this",
-    "fork": "CUDA was used in a forked process, most often a DataLoader worker (a transform calling .cuda(), a CUDA "
-            "default device or tensor type): keep the workers on the CPU and move each batch in the main process, or "
-            "start them with DataLoader(..., multiprocessing_context='spawn'); no lesson of the catalog covers this",
-    "cuda_init": "CUDA failed to start in this process. In a forked process (a DataLoader worker whose transform "
-                 "or collate_fn calls .cuda(), after the parent used CUDA) it is CUDA used across a fork: keep the "
-                 "workers on the CPU and move each batch in the main process, or start them with "
-                 "multiprocessing_context='spawn'. Outside a fork it is the driver or the container (nvidia-smi, a "
-                 "driver that matches the CUDA build); no lesson of the catalog covers this",
     "negative_index": "a device index of -1 was given where a GPU's is wanted: -1 is what Tensor.get_device() returns "
                       "for a CPU tensor (`.cuda(x.get_device())` on a run on the CPU), and the local_rank a script "
                       "gets when no launcher (torchrun) set it. Move to a tensor's device with `.to(x.device)`, and "

@@ -71,6 +71,9 @@ SYMPTOMS: dict[str, tuple[str, str] | None] = {
     "numpy": ("TypeError", r"can't convert \S+ device type tensor to numpy"),
     # torchmetrics' words for a device mismatch in a metric's update (torchmetrics/metric.py, Metric._wrap_update)
     "metric": ("RuntimeError", r"Encountered different devices in metric calculation"),
+    # a device used in a process forked after its parent used it: torch.cuda._lazy_init's refusal (DataLoader's
+    # worker re-raises it as "Caught RuntimeError in DataLoader worker process 0.", the original below)
+    "fork": ("RuntimeError", r"Cannot re-initialize \w+ in forked subprocess"),
     "oom": ("torch.OutOfMemoryError", r"out of memory"),
     "silent": None,
     "none": None,
@@ -393,6 +396,15 @@ SCENARIOS: tuple[Scenario, ...] = (
                          "score) beside a 0-dim device tensor (a loss, a metric)",
                          question="is a CPU tensor (a running total, a best score restored with map_location='cpu') "
                          "combined with a 0-dim device tensor (a loss, a metric)?")),
+    Scenario("device_in_dataloader_worker", "Samples moved to the device inside the Dataset: DataLoader's forked "
+             "workers cannot use it", "user reports", _accelerators("fork"),
+             # CUDA's old words for the same refusal ("CUDA error: initialization error") also fit a driver that
+             # would not start: only a candidate there
+             clues=Clues(kinds=("fork", "cuda_init"), pairs=(), templates=("cuda_in_fork",),
+                         frames=("dataloader_worker",), code=("dataloader_worker",), prior=0.5,
+                         confirm="run with DataLoader(..., num_workers=0): the error goes away",
+                         question="does it fail in a DataLoader worker (num_workers > 0) whose Dataset, transform or "
+                         "collate_fn moves tensors to the GPU?")),
     Scenario("hardcoded_device", "Model code that picks a device of its own (\"cuda\" if available, .cuda()): a "
              "CPU run on a GPU host fails", "user reports", _accelerators("mismatch"),
              # (its symptom is the host's: the broken code runs on the CPU of a host that has the accelerator)

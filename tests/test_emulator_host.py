@@ -4,6 +4,7 @@ without the accelerator, what a device tensor refuses, and a clean exit."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import threading
@@ -187,6 +188,47 @@ def test_a_host_with_fewer_devices_in_a_subprocess() -> None:
     done = run_python("import torch; from samedevice import emulator; emulator.device();"
                       "print(torch.emulated.device_count())", **{emulator.VISIBLE_ENV: ""})
     assert done.stdout.strip() == "2", done.stderr  # empty: not set
+
+
+FORKED = """
+import os, sys, torch
+from samedevice import emulator
+device = emulator.device()
+
+def in_a_child():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            torch.zeros(1, device=device)
+            said = "ran"
+        except RuntimeError as error:
+            said = str(error)
+        said += f" | bad fork: {torch.emulated._is_in_bad_fork()} | cpu: {(torch.ones(2) + 1).sum().item()}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    return os.read(read, 4096).decode()
+
+print(in_a_child())  # the parent has not used the device yet
+x = torch.ones(2, device=device)
+print(in_a_child())  # now it has
+print((x + 1).sum().item())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
+def test_a_process_forked_after_the_device_was_used_cannot_use_it() -> None:
+    """CUDA's fork rule (torch/csrc/cuda/Module.cpp): a child forked before the parent used the device may use it; one
+    forked after may not, says so in torch.cuda._lazy_init's words and in _is_in_bad_fork(), and its CPU work and
+    its parent go on."""
+    done = run_python(FORKED)
+    before, after, parent = done.stdout.strip().splitlines()
+    assert before == "ran | bad fork: False | cpu: 4.0", done.stderr
+    assert after == ("Cannot re-initialize emulated in forked subprocess. To use emulated with multiprocessing, you "
+                     "must use the 'spawn' start method | bad fork: True | cpu: 4.0")
+    assert parent == "4.0"
 
 
 # ---- what a device tensor refuses, as CUDA's does -------------------------------------------------

@@ -1194,3 +1194,20 @@ def test_hardcoded_device_runs_only_where_the_pick_is(accelerator: torch.device)
             with pytest.raises(RuntimeError, match=rf"{SAME}, but found at least two devices, "
                                                    rf"(?:{second} and {home}|{home} and {second})!"):
                 model.to(second)(x.to(second))
+
+
+# ---- device_in_dataloader_worker ---------------------------------------------------------------
+
+
+def test_device_in_dataloader_worker_runs_without_workers(accelerator: torch.device) -> None:
+    """With num_workers=0 the broken Dataset runs in the training process, which may use the device: it trains
+    there and matches the reference. The workers are what fails."""
+    from torch.utils.data import DataLoader
+
+    case = registry.get("device_in_dataloader_worker").case()
+    model = harness.new_model().to(accelerator)
+    loader = DataLoader(case.Samples(accelerator), batch_size=4, num_workers=0)
+    harness.train(model, harness.sgd(model.parameters()), list(loader), accelerator)
+    reference = harness.new_model()
+    harness.train(reference, harness.sgd(reference.parameters()), harness.batches(), torch.device("cpu"))
+    assert_same_params(harness.cpu_state(model), harness.cpu_state(reference), exact=False)

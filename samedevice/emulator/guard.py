@@ -110,6 +110,11 @@ def set_visible(count: int) -> None:
     _loaded[0].samedevice_set_visible(int(count))
 
 
+def in_bad_fork() -> bool:
+    """This process was forked after its parent used the device, which it then cannot use (CUDA's rule)."""
+    return bool(_loaded) and bool(_loaded[0].samedevice_in_bad_fork())
+
+
 def elapsed_time(start_event_id: int, end_event_id: int) -> float:
     """Milliseconds between two recorded events, by their handles (see samedevice_elapsed_time in guard.cpp)."""
     out, error = ctypes.c_double(), ctypes.create_string_buffer(512)

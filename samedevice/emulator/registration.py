@@ -105,7 +105,11 @@ def _sync_absent() -> None:
 
 def check_present(index: int | None = None) -> None:
     """Refuse to allocate on an absent device, as CUDA does on a host without a GPU (where
-    torch.cuda._lazy_init raises "Found no NVIDIA driver on your system")."""
+    torch.cuda._lazy_init raises "Found no NVIDIA driver on your system"), and in a process forked after its parent
+    used the device (torch.cuda._lazy_init's "Cannot re-initialize CUDA in forked subprocess")."""
+    if _DeviceModule._is_in_bad_fork():
+        raise RuntimeError(f"Cannot re-initialize {NAME} in forked subprocess. To use {NAME} with multiprocessing, "
+                           "you must use the 'spawn' start method")
     if is_absent():
         raise RuntimeError(
             f"Found no {NAME} device on this host: torch.{NAME}.is_available() is False "
@@ -199,7 +203,9 @@ class _DeviceModule:
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
-        return False
+        from samedevice.emulator import guard
+
+        return guard.in_bad_fork()
 
     # manual_seed, get_rng_state & co. are rng.py's (each device's own generator), set on this class there
 

@@ -24,6 +24,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -50,6 +52,16 @@ struct EmulatedEvent {
 // how many devices the host shows (registration.py): all of them; 0 plays a host without the accelerator, fewer a
 // host with fewer GPUs than the one that saved a checkpoint
 std::atomic<int> visible{kDeviceCount};
+
+// CUDA's fork rule (torch/csrc/cuda/Module.cpp, poison_fork and forked_child): a process forked after CUDA started
+// in its parent cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess"). Here the device has started
+// once a tensor was allocated on it; a child forked after that is in a bad fork.
+std::atomic<bool> started{false};
+std::atomic<bool> bad_fork{false};
+void forked_child() {
+  if (started) bad_fork = true;
+}
+const int fork_watch = pthread_atfork(nullptr, nullptr, forked_child);
 
 // The checks and messages of c10/cuda/CUDAEvent.h (elapsed_time) and c10/core/impl/InlineEvent.h, in their order:
 // timing first, then recorded; both ValueErrors in Python.
@@ -227,6 +239,9 @@ c10::DeviceIndex current_device() { return current_index; }
 bool host_is_absent() { return visible == 0; }
 // registration.py's check_present, in its words
 void check_present(c10::DeviceIndex index) {
+  // torch.cuda._lazy_init's refusal, in its words with the backend's name
+  TORCH_CHECK(!bad_fork, "Cannot re-initialize ", c10::get_privateuse1_backend(), " in forked subprocess. To use ",
+              c10::get_privateuse1_backend(), " with multiprocessing, you must use the 'spawn' start method");
   TORCH_CHECK(visible > 0, "Found no ", c10::get_privateuse1_backend(), " device on this host: torch.",
               c10::get_privateuse1_backend(), ".is_available() is False (samedevice.emulator.absent() or "
               "SAMEDEVICE_EMULATOR_ABSENT=1 plays a host without the accelerator)");
@@ -236,10 +251,12 @@ void check_present(c10::DeviceIndex index) {
   TORCH_CHECK(index < shown, c10::get_privateuse1_backend(), ":", int(index), " does not exist on this host: it has ",
               shown, " of the emulator's ", int(kDeviceCount), " devices (samedevice.emulator.visible(", shown,
               ") or SAMEDEVICE_EMULATOR_VISIBLE=", shown, " plays a host with fewer devices)");
+  if (!started) started = true;
 }
 }  // namespace samedevice
 
 extern "C" void samedevice_set_visible(int count) { visible = count; }
+extern "C" int samedevice_in_bad_fork() { return bad_fork ? 1 : 0; }
 
 // torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the
 // subclass asks here, by the events' handles (event_id). 0 and the time in *out, or the error in *out_error and
