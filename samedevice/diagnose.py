@@ -391,7 +391,9 @@ TEMPLATES = (
        "CUDA used in a forked process, a DataLoader worker"),
     # cudaErrorInitializationError's text: CUDA failed to start in this process, a forked one that inherited a
     # parent's CUDA (a DataLoader worker calling .cuda() where torch's own fork check was not met) or a driver's fault
-    _t("cuda_init", "cuda_init", r"CUDA error: initialization error", "CUDA failed to start in this process"),
+    # (the emulated device's words in a forked child for an op on a tensor its parent made)
+    _t("cuda_init", "cuda_init", r"(?:CUDA|emulated) error: initialization error",
+       "CUDA failed to start in this process"),
     # ATen's dispatch finding no kernel of the op for the tensor's dtype (`"abs_cpu" not implemented for
     # 'UInt16'`, checked by running torch; `"flip_cuda" not implemented for 'Bool'`; in an exception's repr the quotes
     # are escaped): one tensor, its dtype. After the device checks: a log that also holds one is read by it

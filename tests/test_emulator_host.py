@@ -195,12 +195,12 @@ import os, sys, torch
 from samedevice import emulator
 device = emulator.device()
 
-def in_a_child():
+def in_a_child(use=lambda: torch.zeros(1, device=device)):
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            torch.zeros(1, device=device)
+            use()
             said = "ran"
         except RuntimeError as error:
             said = str(error)
@@ -214,7 +214,24 @@ def in_a_child():
 print(in_a_child())  # the parent has not used the device yet
 x = torch.ones(2, device=device)
 print(in_a_child())  # now it has
+print(in_a_child(lambda: x * 2))  # an op on a tensor the parent made: CUDA's launch fails
+print(in_a_child(lambda: x.cpu()))  # departure (README): a copy back to the CPU, which CUDA refuses too
 print((x + 1).sum().item())
+"""
+STARTED = """
+import os, torch
+from samedevice import emulator
+emulator.device()
+{use}
+pid = os.fork()
+if pid == 0:
+    try:
+        torch.zeros(1, device="emulated")
+        print("ran", flush=True)
+    except RuntimeError as error:
+        print(error, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
 """
 
 
@@ -224,11 +241,22 @@ def test_a_process_forked_after_the_device_was_used_cannot_use_it() -> None:
     forked after may not, says so in torch.cuda._lazy_init's words and in _is_in_bad_fork(), and its CPU work and
     its parent go on."""
     done = run_python(FORKED)
-    before, after, parent = done.stdout.strip().splitlines()
+    before, after, inherited, read_back, parent = done.stdout.strip().splitlines()
     assert before == "ran | bad fork: False | cpu: 4.0", done.stderr
     assert after == ("Cannot re-initialize emulated in forked subprocess. To use emulated with multiprocessing, you "
                      "must use the 'spawn' start method | bad fork: True | cpu: 4.0")
+    assert inherited == "emulated error: initialization error | bad fork: True | cpu: 4.0"
+    assert read_back == "ran | bad fork: True | cpu: 4.0"
     assert parent == "4.0"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
+@pytest.mark.parametrize("use", ["torch.emulated.set_device(0)", "torch.emulated.get_rng_state()"])
+def test_a_device_started_without_an_allocation_is_started(use: str) -> None:
+    """torch.cuda.set_device and get_rng_state start CUDA (its lazy init) without allocating: a child forked after
+    them cannot use the device either."""
+    done = run_python(STARTED.format(use=use))
+    assert done.stdout.strip().startswith("Cannot re-initialize emulated in forked subprocess"), done.stderr
 
 
 # ---- what a device tensor refuses, as CUDA's does -------------------------------------------------

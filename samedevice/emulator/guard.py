@@ -110,6 +110,12 @@ def set_visible(count: int) -> None:
     _loaded[0].samedevice_set_visible(int(count))
 
 
+def mark_started() -> None:
+    """The device was used in this process (as CUDA's lazy init): a child forked from now on cannot use it."""
+    if _loaded:
+        _loaded[0].samedevice_mark_started()
+
+
 def in_bad_fork() -> bool:
     """This process was forked after its parent used the device, which it then cannot use (CUDA's rule)."""
     return bool(_loaded) and bool(_loaded[0].samedevice_in_bad_fork())

@@ -126,6 +126,10 @@ def check_present(index: int | None = None) -> None:
             f"{NAME}:{index} does not exist on this host: it has {shown} of the emulator's {DEVICE_COUNT} devices "
             f"(samedevice.emulator.visible({shown}) or {VISIBLE_ENV}={shown} plays a host with fewer devices)"
         )
+    if _registered:  # the current device, a generator, a stream: a use of the device, as CUDA's lazy init is
+        from samedevice.emulator import guard
+
+        guard.mark_started()
 
 
 # ---- the current device -------------------------------------------------------------------------
@@ -181,7 +185,7 @@ class _DeviceModule:
 
     @staticmethod
     def is_initialized() -> bool:
-        return True
+        return not _DeviceModule._is_in_bad_fork()  # torch.cuda.is_initialized: not in a bad fork
 
     @staticmethod
     def device_count() -> int:

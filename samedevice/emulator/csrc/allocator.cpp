@@ -126,6 +126,7 @@ std::optional<c10::DeviceIndex> counted_on(const c10::DataPtr& data) {
 }
 
 c10::DataPtr adopt(c10::DataPtr host, size_t nbytes, c10::DeviceIndex index) {
+  check_not_forked();
   reserve(index, static_cast<int64_t>(nbytes));  // the host memory is freed with `host` if this raises
   return device_block(std::move(host), static_cast<int64_t>(nbytes), index);
 }

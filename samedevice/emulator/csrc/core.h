@@ -21,6 +21,9 @@ c10::DeviceIndex current_device();
 bool host_is_absent();
 // The refusal of an allocation on an absent host or past the device count (registration.py's check_present).
 void check_present(c10::DeviceIndex index);
+// An op's result on the device, in a process forked after its parent used it: CUDA's kernel launch there fails with
+// cudaErrorInitializationError ("CUDA error: initialization error").
+void check_not_forked();
 
 // allocator.cpp: the device allocator (at::GetAllocator(kPrivateUse1)) allocates on the current device.
 c10::Allocator* device_allocator();

@@ -253,9 +253,14 @@ void check_present(c10::DeviceIndex index) {
               ") or SAMEDEVICE_EMULATOR_VISIBLE=", shown, " plays a host with fewer devices)");
   if (!started) started = true;
 }
+void check_not_forked() {
+  TORCH_CHECK(!bad_fork, c10::get_privateuse1_backend(), " error: initialization error");
+}
 }  // namespace samedevice
 
 extern "C" void samedevice_set_visible(int count) { visible = count; }
+// a use of the device outside an allocation (the current device, its generator, a stream): it has started
+extern "C" void samedevice_mark_started() { started = true; }
 extern "C" int samedevice_in_bad_fork() { return bad_fork ? 1 : 0; }
 
 // torch.emulated.Event.elapsed_time: PyTorch's binding takes only an exact torch.Event as the end event, so the
