@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import codecs
 import io
 import json
 import os
@@ -215,7 +216,7 @@ def _write(text: str, out: str | None) -> None:
         sys.stdout.write(text)
         return
     try:
-        Path(out).write_text(text)
+        Path(out).write_text(text, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"--out {out}: cannot be written ({e.strerror or e})") from None
     print(f"wrote {Path(out).resolve()}", file=sys.stderr)
@@ -291,7 +292,7 @@ def copy(name: str, dest: str | None, force: bool) -> int:
         raise UsageError(f"copy: folder {target.parent} does not exist; name the folder ({target.parent}/) "
                          "to have it created")
     shutil.copyfile(source, target)
-    public = [node.name for node in ast.parse(source.read_text()).body
+    public = [node.name for node in ast.parse(source.read_text(encoding="utf-8")).body
               if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
     print(f"wrote {target.resolve()}\n{_import_hint(target, public)}")
     return 0
@@ -300,9 +301,27 @@ def copy(name: str, dest: str | None, force: bool) -> int:
 # ---- diagnose ---------------------------------------------------------------------------------
 
 
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),  # before UTF-16 LE's, which starts theirs
+        (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def decode(data: bytes) -> str:
+    """A pasted log's text, whatever wrote it: UTF-8 (with or without a BOM), or UTF-16 or UTF-32 with their BOM,
+    as Windows PowerShell's `>` writes a log (UTF-16 LE), or UTF-16 without one; what is not valid is replaced."""
+    encoding = next((name for bom, name in BOMS if data.startswith(bom)), None)
+    if encoding is None:  # no BOM: ASCII text in UTF-16 has a NUL beside each character (after it in LE, before in BE)
+        odd, even = data[1::2].count(0), data[0::2].count(0)
+        encoding = ("utf-16-le" if odd > len(data) // 4 >= even else
+                    "utf-16-be" if even > len(data) // 4 >= odd else "utf-8")
+    return data.decode(encoding, errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _read(path: str, what: str) -> str:
     try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
+        if path == "-":
+            stdin = getattr(sys.stdin, "buffer", None)  # bytes where there are any, so a log's BOM is read
+            return decode(stdin.read()) if stdin is not None else sys.stdin.read()
+        return decode(Path(path).read_bytes())
     except OSError as e:
         raise UsageError(f"{what} {path}: cannot be read ({e.strerror or e})") from None
 
@@ -321,7 +340,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     elif args.code:
         text = ""  # the code alone
     elif not sys.stdin.isatty():
-        text = sys.stdin.read()
+        text = _read("-", "stdin")
     else:
         raise UsageError("diagnose: no input; paste the error as an argument, or pipe it: "
                          "python train.py 2>&1 | samedevice diagnose")
@@ -369,6 +388,10 @@ def _parser() -> _Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a console or file that cannot show a pasted path's characters (cp1252
+        reconfigure = getattr(stream, "reconfigure", None)  # on Windows) gets them escaped, not a UnicodeEncodeError
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         args = _parser().parse_args(argv)
         if args.command == "tour":

@@ -94,17 +94,17 @@ def sync(check: bool = False) -> list[str]:
     """Rewrite every page's generated parts and the site's navigation; with `check`, only list the stale ones."""
     stale = []
     if SITE.exists():
-        text = SITE.read_text()
+        text = SITE.read_text(encoding="utf-8")
         if nav(text) != text:
             stale.append(SITE.name)
             if not check:
-                SITE.write_text(nav(text))
+                SITE.write_text(nav(text), encoding="utf-8")
     for scenario in registry.SCENARIOS:
         path = page_path(scenario.slug)
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         new = render(scenario, text)
         if new != text:
             stale.append(scenario.slug)
             if not check:
-                path.write_text(new)
+                path.write_text(new, encoding="utf-8")
     return stale

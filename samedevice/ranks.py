@@ -113,14 +113,15 @@ def launch(target: str, world_size: int, kind: str, workdir: Path, timeout: floa
             if p.is_alive():
                 p.kill()
             p.join()
-    errors = [json.loads(e.read_text()) for e in workdir.glob("rank*.error.json")]
+    errors = [json.loads(e.read_text(encoding="utf-8")) for e in workdir.glob("rank*.error.json")]
     if errors:  # the first to fail; the others fail because it is gone
         first = min(errors, key=lambda info: info["time"])
         raise _ERRORS.get(first["type"], RuntimeError)(first["message"])
     for rank, p in enumerate(procs):
         if p.exitcode != 0:
             log = workdir / f"rank{rank}.log"
-            lines = (log.read_text().strip().splitlines() if log.exists() else []) or ["(no output)"]
+            text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            lines = text.strip().splitlines() or ["(no output)"]
             raise RuntimeError(f"{target}: rank {rank} exited with {p.exitcode}: {lines[-1]}")
     return [torch.load(workdir / f"rank{rank}.pt", weights_only=True) for rank in range(world_size)]
 
@@ -212,8 +213,9 @@ def _rank_main(target: str, rank: int, world_size: int, kind: str, workdir_name:
         result = getattr(importlib.import_module(module), name)(rank, world_size, device, workdir)
         torch.save(result, workdir / f"rank{rank}.pt")
     except Exception as e:  # reported to the parent, which raises it as its own type
-        (workdir / f"rank{rank}.error.json").write_text(json.dumps(
-            {"type": type(e).__name__, "message": f"rank {rank}: {str(e).splitlines()[0]}", "time": time.time()}))
+        first_line = str(e).partition("\n")[0] or type(e).__name__  # a bare `assert` has no message
+        error = {"type": type(e).__name__, "message": f"rank {rank}: {first_line}", "time": time.time()}
+        (workdir / f"rank{rank}.error.json").write_text(json.dumps(error), encoding="utf-8")
         sys.exit(1)
     finally:
         if torch.distributed.is_initialized():

@@ -147,8 +147,8 @@ class Scenario:
         a, b = (ROOT / d / f"{self.slug}.py" for d in ("cases", "fixes"))
         return "".join(
             difflib.unified_diff(
-                a.read_text().splitlines(keepends=True),
-                b.read_text().splitlines(keepends=True),
+                a.read_text(encoding="utf-8").splitlines(keepends=True),
+                b.read_text(encoding="utf-8").splitlines(keepends=True),
                 f"cases/{self.slug}.py",
                 f"fixes/{self.slug}.py",
             )
@@ -168,7 +168,7 @@ class Scenario:
 
     def lesson(self) -> str:
         """The broken module's docstring: Symptom, Cause, Fix (read from the file, not imported)."""
-        return (ast.get_docstring(ast.parse(_path("cases", self.slug).read_text())) or "").strip()
+        return (ast.get_docstring(ast.parse(_path("cases", self.slug).read_text(encoding="utf-8"))) or "").strip()
 
 
 OPTIMIZER_CHECK = "audit.misplaced(device, model=model, optimizer=optimizer) names the optimizer state left behind"

@@ -180,7 +180,7 @@ class ReportError(Exception):
 def load(path: str | Path) -> dict[str, Any]:
     """A report written by `samedevice report --format json`, checked; ReportError naming the file."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_bytes())  # JSON: UTF-8, 16 or 32, told apart by json
     except OSError as e:
         raise ReportError(f"{path}: cannot be read ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -16,6 +16,13 @@ def fail_on_rank_1(rank: int, world_size: int, device: torch.device, workdir: Pa
     return rank
 
 
+def assert_on_rank_1(rank: int, world_size: int, device: torch.device, workdir: Path) -> int:
+    """Rank 1 fails a bare `assert`, an error without a message."""
+    assert rank != 1
+    torch.distributed.barrier()
+    return rank
+
+
 def hang(rank: int, world_size: int, device: torch.device, workdir: Path) -> int:
     time.sleep(600)
     return rank

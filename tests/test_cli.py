@@ -210,6 +210,19 @@ def test_compare_agreeing_reports(emulated_report: dict[str, Any], capsys: pytes
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_compare_reads_a_report_a_windows_shell_wrote(emulated_report: dict[str, Any], encoding: str,
+                                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`samedevice report --format json > r.json` in Windows PowerShell writes UTF-16 with a BOM (PowerShell 7:
+    UTF-8, and a BOM with some settings); such a report compares as the UTF-8 one does."""
+    a = _save(emulated_report, tmp_path / "a.json")
+    (tmp_path / "b.json").write_bytes(json.dumps(emulated_report).encode(encoding))
+    code, out, _ = run(capsys, "report", "--compare", a, str(tmp_path / "b.json"))
+    assert code == 0
+    assert "The two runners agree on every scenario." in out
+
+
+@pytest.mark.emulator
 def test_compare_shows_where_runners_disagree(emulated_report: dict[str, Any], capsys: pytest.CaptureFixture[str],
                                               tmp_path: Path) -> None:
     """A GPU report whose messages differ only in the device name agrees; a differing observation is shown."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -2461,6 +2462,40 @@ def test_diagnose_reads_an_argument_stdin_or_a_file(tmp_path: Path) -> None:
     data = json.loads(_run(MESSAGE, "--format", "json").stdout)
     assert data["scenarios"][0]["slug"] == "tokenizer_outputs"
     assert data["facts"]["argument"] == "index"
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_diagnose_reads_a_log_whatever_wrote_it(tmp_path: Path, encoding: str) -> None:
+    """Windows PowerShell's `python train.py > log.txt` writes UTF-16 with a BOM; a log may also carry UTF-8's BOM,
+    or be UTF-16 without one. Each gives, from --file and from a pipe, the answer the plain text gives."""
+    log = "Traceback (most recent call last):\r\n  File \"C:\\训练\\train.py\", line 3, in <module>\r\n" + MESSAGE + "\r\n"
+    (tmp_path / "log.txt").write_bytes(log.encode(encoding))
+    plain = _run(log.replace("\r\n", "\n"))
+    from_file = _run("--file", str(tmp_path / "log.txt"))
+    piped = subprocess.run([sys.executable, "-m", "samedevice", "diagnose"], input=log.encode(encoding),
+                           capture_output=True, timeout=60, cwd=registry.ROOT)
+    assert plain.returncode == from_file.returncode == piped.returncode == 0
+    assert "1. tokenizer_outputs" in plain.stdout
+    assert from_file.stdout == plain.stdout == piped.stdout.decode("utf-8")
+
+
+def test_decode_never_fails_on_bytes_that_are_no_text() -> None:
+    """Bytes that are not text in any encoding are replaced, not an error; plain UTF-8 passes as it is."""
+    assert cli.decode(b"\xff\x00\xfe\x00\x00\x01\xc3") != ""
+    assert cli.decode("cuda:0 und Gerät\r\n".encode()) == "cuda:0 und Gerät\n"
+
+
+def test_diagnose_writes_to_a_console_that_cannot_show_the_paste() -> None:
+    """A paste whose message ends in characters the console's code page lacks (cp1252, a Windows console's or a
+    redirect's: here a log line's note, `推理失败`, run on) is echoed escaped; it used to stop the answer with a
+    UnicodeEncodeError."""
+    result = subprocess.run([sys.executable, "-m", "samedevice", "diagnose", MESSAGE + " 推理失败"],
+                            capture_output=True, timeout=60, cwd=registry.ROOT,
+                            env={**os.environ, "PYTHONIOENCODING": "cp1252"})
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.decode("cp1252")
+    assert "wrapper_CUDA__index_select) \\u63a8\\u7406" in out
+    assert "1. tokenizer_outputs" in out
 
 
 def test_diagnose_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

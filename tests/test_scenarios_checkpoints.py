@@ -614,6 +614,14 @@ def test_ranks_report_the_first_failure(tmp_path: Path) -> None:
         ranks.launch("tests.rank_targets:fail_on_rank_1", 2, "cpu", tmp_path)
 
 
+def test_ranks_report_an_error_without_a_message(tmp_path: Path) -> None:
+    """A bare `assert` in a rank comes back named by its type; it used to leave only 'exited with 1' and a log line."""
+    from samedevice import ranks
+
+    with pytest.raises(AssertionError, match=r"^rank 1: AssertionError$"):
+        ranks.launch("tests.rank_targets:assert_on_rank_1", 2, "cpu", tmp_path)
+
+
 def test_ranks_time_out(tmp_path: Path) -> None:
     """Ranks that do not finish are killed at the timeout, with one line saying so."""
     from samedevice import ranks

@@ -79,14 +79,14 @@ def table() -> dict[str, Kernels]:
     stat = yaml_path().stat()
     cached = cache_dir() / f"kernels-{len(Kernels._fields)}-{torch.__version__.replace('+', '_')}-{stat.st_size}.json"
     try:
-        return {k: Kernels(*v) for k, v in json.loads(cached.read_text()).items()}
+        return {k: Kernels(*v) for k, v in json.loads(cached.read_text(encoding="utf-8")).items()}
     except (OSError, ValueError, TypeError):
         pass
     found = parse()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".json", dir=cached.parent)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({k: list(v) for k, v in found.items()}, f)
         os.replace(tmp, cached)  # a whole file or none, for processes that start at once
     except OSError:
