@@ -3,7 +3,8 @@
 Installed with the package (entry point `pytest11`), so any project that installs same-device gets:
 - the `device` fixture, parametrized over cpu, the emulated accelerator and every real accelerator
   present, and the `accelerator` fixture, the same without cpu; the device kind is the test id
-  (`test_step[emulated]`), so `pytest -k emulated` picks one;
+  (`test_step[emulated]`), so `pytest -k emulated` picks one; the run's header names the matrix, and
+  an emulator that cannot run here (no compiler) stays in it, its tests skipping with the reason;
 - `--devices=cpu,cuda` to restrict the matrix, `--require=cuda` to fail, not skip, when a device
   is missing (a GPU runner that lost its GPU must not pass green);
 - the device audit: a test that registers its objects (`audit.register(request, device, model=...)`)
@@ -67,7 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "emulator: needs the emulated accelerator; skipped with its one-line "
                                        "reason where PrivateUse1 is taken")
     required: list[str] = config.getoption("require")
-    selected = config.getoption("devices") or devices.present()
+    # the default matrix keeps the emulated accelerator where it cannot run here (no compiler, PrivateUse1 taken):
+    # its tests skip saying why, where leaving it out would pass a suite green that never ran on an accelerator
+    selected = config.getoption("devices") or [*devices.present(), "emulated"]
     for name in required:
         reason = devices.unavailable_reason(name)
         if reason:
@@ -86,6 +89,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SELECTED] = selected
     config.stash[_ERRORS] = {}
     _hide_emulator_frames()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The device matrix, and why a device in it cannot run here, at the top of the run."""
+    selected = config.stash[_SELECTED]
+    lines = [f"same-device: devices {', '.join(selected)}"]
+    for name in selected:
+        reason = devices.unavailable_reason(name)
+        if reason:
+            lines.append(f"same-device: {name} tests skip: {reason}")
+    return lines
 
 
 def _hide_emulator_frames() -> None:

@@ -79,6 +79,24 @@ def test_tour_on_cpu_says_the_bug_runs_silently(two_scenarios: Any, capsys: pyte
     assert re.search(r"^bce_pos_weight +verified +runs silently \(expected on CPU\)$", out, re.M)
 
 
+def test_tour_says_why_it_fell_back_to_the_cpu(two_scenarios: Any, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no accelerator and an emulator that cannot run here, the tour runs on the CPU and says why first;
+    asked for the CPU, it says nothing of the kind."""
+    reason = "the emulated accelerator needs its C++ part, which cannot be built here: no C++ compiler found"
+    monkeypatch.setattr(emulator, "unavailable_reason", lambda: reason)
+    monkeypatch.delenv("SAMEDEVICE_DEVICE", raising=False)
+    if cli.devices.best() != "cpu":
+        pytest.skip("a real accelerator is present: the tour runs there")
+    code, out, _ = run(capsys, "tour")
+    assert code == 0
+    first = " ".join(out.split("\n\n")[0].split())  # the paragraph, wrapped to the terminal
+    assert first == (f"No accelerator here, and the emulated one cannot run: {reason}. On the CPU the broken "
+                     "modules run without an error.")
+    assert re.search(r"^sgd_momentum +verified +runs silently \(expected on CPU\)$", out, re.M)
+    assert "cannot run" not in run(capsys, "tour", "--device", "cpu")[1]
+
+
 @pytest.mark.parametrize(("text", "room", "shown"), [
     ("RuntimeError: short", 40, "RuntimeError: short"),
     ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",

@@ -358,6 +358,30 @@ def test_devices_option_selects_the_matrix(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*test_uses_devices?emulated? PASSED*"])
 
 
+@pytest.mark.emulator
+def test_the_header_names_the_matrix(pytester: pytest.Pytester) -> None:
+    """The run's header names the devices the tests run on."""
+    result = _inner(pytester, PASSING_TEST, "--devices=cpu,emulated")
+    result.stdout.fnmatch_lines(["same-device: devices cpu, emulated"])
+    assert "tests skip" not in result.stdout.str()
+
+
+def test_an_emulator_that_cannot_run_here_skips_saying_why(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the emulator cannot be built (no compiler, nothing cached), the default matrix keeps it: its tests
+    skip with the reason, which the header also gives. They used to vanish from the matrix, so a suite that
+    never ran on an accelerator passed green without a word."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(samedevice.__file__).parent.parent))  # this samedevice, not another
+    monkeypatch.setenv("CXX", str(pytester.path / "no-such-compiler"))
+    monkeypatch.setenv("SAMEDEVICE_CACHE", str(pytester.path / "empty-cache"))
+    pytester.makepyfile(test_inner=PASSING_TEST)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    reason = "the emulated accelerator needs its C++ part, which cannot be built here: no C++ compiler found"
+    result.stdout.fnmatch_lines(["same-device: devices cpu, emulated", f"same-device: emulated tests skip: {reason}*",
+                                 f"SKIPPED*{reason}*"])
+
+
 def test_options_are_listed_in_their_group(pytester: pytest.Pytester) -> None:
     """`pytest --help` lists the plugin's three options under their own heading."""
     result = _inner(pytester, PASSING_TEST, "--help")
@@ -460,7 +484,9 @@ def test_privateuse1_taken_skips_cleanly() -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "already taken by 'npu'" in run.stdout
     last = run.stdout.splitlines()[-1]
-    assert re.fullmatch(r"=* ?2 passed, 2 skipped.*", last), last  # sgd_momentum on cpu ran; the emulated ones skipped
+    # sgd_momentum on cpu ran; the emulated ones skipped: test_memory_accounting, and in the default matrix the
+    # broken and the fixed module on the emulated device
+    assert re.fullmatch(r"=* ?2 passed, 3 skipped.*", last), last
 
 
 LIGHTNING_TEST = '''
