@@ -117,13 +117,26 @@ def _ours(metafunc: pytest.Metafunc, name: str) -> bool:
     return not definitions or getattr(definitions[-1].func, "__module__", None) == __name__
 
 
+def _parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
+    """True when the test parametrizes `name` itself (`@pytest.mark.parametrize("device", ["emulated"],
+    indirect=True)`): its own values are the matrix, each given to the fixture."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # trylast: the device id comes after the scenario id, e.g. test_x[sgd_momentum-emulated]
     selected = metafunc.config.stash[_SELECTED]
-    if "device" in metafunc.fixturenames and _ours(metafunc, "device"):
+    if "device" in metafunc.fixturenames and _ours(metafunc, "device") and not _parametrized(metafunc, "device"):
         metafunc.parametrize("device", selected, indirect=True, ids=selected)
-    if "accelerator" in metafunc.fixturenames and _ours(metafunc, "accelerator"):
+    if ("accelerator" in metafunc.fixturenames and _ours(metafunc, "accelerator")
+            and not _parametrized(metafunc, "accelerator")):
         # none selected or present: still list the emulated one, whose fixture skips saying why
         accelerators = [n for n in selected if n != "cpu"] or ["emulated"]
         metafunc.parametrize("accelerator", accelerators, indirect=True, ids=accelerators)
@@ -138,10 +151,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _device(request: pytest.FixtureRequest) -> torch.device:
-    reason = devices.unavailable_reason(request.param)
+    name = request.param  # a device kind: this plugin's matrix, or a test's own indirect parametrization
+    if name not in devices.KNOWN:
+        pytest.fail(f"the {request.fixturename} fixture was given {name!r}; give it a device kind: "
+                    f"{', '.join(devices.KNOWN)}", pytrace=False)
+    if name not in request.config.stash[_SELECTED]:  # the emulator is registered at start-up only when selected
+        pytest.skip(f"{name} is not among the devices selected for this run (--devices)")
+    reason = devices.unavailable_reason(name)
     if reason:
         pytest.skip(reason)
-    return devices.resolve(request.param)
+    return devices.resolve(name)
 
 
 @pytest.fixture
@@ -308,23 +327,27 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """When a test fails with a device-mismatch error, add what the device audit finds among the
     objects the test registered (`audit.register(request, device, model=..., optimizer=...)`):
-    PyTorch's message never names the tensor."""
+    PyTorch's message never names the tensor. A device error in the test or in a fixture it set up gets
+    the diagnosis."""
     report = yield
     if call.when == "call":
         found = audit.take(item)  # always take, so the registered objects are released
         if report.failed and call.excinfo is not None and audit.is_device_mismatch(call.excinfo.value) and found:
             report.sections.append(("device audit", found))
-        if report.failed and call.excinfo is not None:
-            # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
-            text = "".join(traceback.format_exception(call.excinfo.value))[-DIAGNOSED_CHARS:]
-            try:  # (the code only for a device error: another failure gets no section, and no time spent on it)
-                code = _user_code(call.excinfo.tb, _fixtures(item)) if diagnose.read(text).kind is not None else ""
-                diagnosis = diagnose.diagnose(text, code)
-            except Exception as e:  # the test's own failure is the report; the diagnosis is extra
-                report.sections.append(("device error diagnosis", f"(the diagnosis failed: {e!r})"))
-                return report
-            lesson = diagnose.summary(diagnosis) if diagnosis.facts.kind is not None else ""  # device errors only
-            if lesson:
-                report.sections.append(("device error diagnosis", lesson))
+    if report.failed and call.excinfo is not None and call.when in ("setup", "call"):
+        section = _diagnosis(item, call.excinfo)
+        if section:
+            report.sections.append(("device error diagnosis", section))
     return report
 
+
+def _diagnosis(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+    """The diagnosis of a device error (the likeliest scenario, why, its lesson), or "" for another failure."""
+    # the end of the traceback: the error and the frames nearest it (a huge message is not read whole)
+    text = "".join(traceback.format_exception(excinfo.value))[-DIAGNOSED_CHARS:]
+    try:  # (the code only for a device error: another failure gets no section, and no time spent on it)
+        code = _user_code(excinfo.tb, _fixtures(item)) if diagnose.read(text).kind is not None else ""
+        diagnosis = diagnose.diagnose(text, code)
+    except Exception as e:  # the test's own failure is the report; the diagnosis is extra
+        return f"(the diagnosis failed: {e!r})"
+    return diagnose.summary(diagnosis) if diagnosis.facts.kind is not None else ""  # device errors only

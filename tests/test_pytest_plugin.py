@@ -382,6 +382,102 @@ def test_an_emulator_that_cannot_run_here_skips_saying_why(pytester: pytest.Pyte
                                  f"SKIPPED*{reason}*"])
 
 
+BACKWARD_TESTS = """
+import torch
+
+def test_on_device(device):
+    w = torch.ones(2, requires_grad=True, device=device)
+    (w * 2).sum().backward()
+
+def test_on_accelerator(accelerator):
+    w = torch.ones(2, requires_grad=True, device=accelerator)
+    (w * 2).sum().backward()
+"""
+
+
+def test_an_accelerator_left_out_by_devices_is_not_used(pytester: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --devices=cpu the `accelerator` fixture skips, saying the emulated device was not selected. It used
+    to register the emulator there after the CPU test's backward pass, which PyTorch's autograd engine refuses
+    (an internal assert), or run the test on a device the run had left out."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(samedevice.__file__).parent.parent))  # this samedevice, not another
+    pytester.makepyfile(test_inner=BACKWARD_TESTS)
+    result = pytester.runpytest_subprocess(*PLUGIN, "--devices=cpu", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*emulated is not among the devices selected for this run (--devices)"])
+
+
+OWN_PARAMETRIZATION = """
+import pytest
+import torch
+
+@pytest.mark.parametrize("device", ["emulated"], indirect=True)
+def test_only_emulated(device):
+    assert device.type == "emulated"
+
+@pytest.mark.parametrize(("steps", "device"), [(1, "cpu"), (2, "emulated")], indirect=["device"])
+def test_pairs(steps, device):
+    assert torch.ones(steps, device=device).sum().item() == steps
+
+@pytest.mark.parametrize("device", ["cuda:1"], indirect=True)
+def test_not_a_kind(device):
+    pass
+
+def test_the_matrix(device):
+    pass
+"""
+
+
+@pytest.mark.emulator
+def test_a_test_may_parametrize_the_device_itself(pytester: pytest.Pytester) -> None:
+    """A test's own indirect parametrization of `device` is its matrix, each value given to the fixture; a value
+    that is no device kind is that test's error, naming it. It used to abort the collection of every test with
+    "duplicate parametrization of 'device'"."""
+    result = _inner(pytester, OWN_PARAMETRIZATION, "--devices=cpu,emulated", "-v")
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines(["*test_only_emulated?emulated? PASSED*", "*test_pairs?1-cpu? PASSED*",
+                                 "*test_pairs?2-emulated? PASSED*", "*test_not_a_kind?cuda:1? ERROR*",
+                                 "*test_the_matrix?cpu? PASSED*", "*test_the_matrix?emulated? PASSED*"])
+    result.stdout.fnmatch_lines(["*the device fixture was given 'cuda:1'; give it a device kind: cpu, emulated, "
+                                 "cuda, mps, xpu"])
+
+
+SETUP_ERROR_TEST = """
+import pytest
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.scale = torch.ones(2)
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+@pytest.fixture
+def trained(device):
+    return Net().to(device)(torch.ones(1, 4, device=device))
+
+
+def test_uses(trained):
+    assert trained.shape == (1, 2)
+"""
+
+
+@pytest.mark.emulator
+def test_a_device_error_in_a_fixture_gets_the_diagnosis(pytester: pytest.Pytester) -> None:
+    """A fixture that fails with a device error is the test's error at setup; it gets the diagnosis as a failure
+    in the test does (it used to get none)."""
+    result = _inner(pytester, SETUP_ERROR_TEST, "--devices=cpu,emulated")
+    result.assert_outcomes(passed=1, errors=1)
+    section = result.stdout.str().split("device error diagnosis", 1)[1]
+    assert "likeliest scenario: plain_tensor_attribute" in section
+
+
 def test_options_are_listed_in_their_group(pytester: pytest.Pytester) -> None:
     """`pytest --help` lists the plugin's three options under their own heading."""
     result = _inner(pytester, PASSING_TEST, "--help")
