@@ -295,7 +295,10 @@ def copy(name: str, dest: str | None, force: bool) -> int:
     if not target.parent.is_dir():
         raise UsageError(f"copy: folder {target.parent} does not exist; name the folder ({target.parent}/) "
                          "to have it created")
-    shutil.copyfile(source, target)
+    try:
+        shutil.copyfile(source, target)
+    except OSError as e:  # a folder not writable, a dangling link, /proc
+        raise UsageError(f"copy: {target} cannot be written ({e.strerror or e})") from None
     public = [node.name for node in ast.parse(source.read_text(encoding="utf-8")).body
               if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
     print(f"wrote {target.resolve()}\n{_import_hint(target, public)}")
@@ -323,6 +326,8 @@ def decode(data: bytes) -> str:
 def _read(path: str, what: str) -> str:
     try:
         if path == "-":
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise UsageError(f"{what}: standard input is closed; give the error as an argument or a file")
             stdin = getattr(sys.stdin, "buffer", None)  # bytes where there are any, so a log's BOM is read
             return decode(stdin.read()) if stdin is not None else sys.stdin.read()
         return decode(Path(path).read_bytes())
@@ -343,7 +348,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         text = _read(args.file, "--file")
     elif args.code:
         text = ""  # the code alone
-    elif not sys.stdin.isatty():
+    elif sys.stdin is not None and not sys.stdin.isatty():
         text = _read("-", "stdin")
     else:
         raise UsageError("diagnose: no input; paste the error as an argument, or pipe it: "

@@ -191,9 +191,12 @@ def load(path: str | Path) -> dict[str, Any]:
         raise ReportError(f"{path}: schema_version is {data.get('schema_version')!r}; "
                           f"this same-device reads version {SCHEMA_VERSION}")
     fields = {f.name for f in dataclasses.fields(Record)}
-    for key in ("versions", "records"):
+    for key, kind in (("versions", dict), ("records", list)):
         if key not in data:
             raise ReportError(f"{path}: key {key!r} is missing")
+        if not isinstance(data[key], kind):
+            raise ReportError(f"{path}: {key!r} is {type(data[key]).__name__}, not a JSON "
+                              f"{'object' if kind is dict else 'list'}")
     for i, record in enumerate(data["records"]):
         if not isinstance(record, dict) or not fields <= record.keys():
             missing = sorted(fields - record.keys()) if isinstance(record, dict) else sorted(fields)

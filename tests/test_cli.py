@@ -398,7 +398,18 @@ BAD_INPUT = parametrize_cases(
     Case("record_lacks_fields", argv=lambda tmp: ["report", "--compare", *[_report_file(
         tmp, json.dumps({**GOOD, "records": [{"scenario": "x"}]}))] * 2],
          message=r"r\.json: records\[0\] lacks device, expected, fix, fix_verified, kind, observed, reproduced"),
+    Case("records_not_a_list", argv=lambda tmp: ["report", "--compare", *[_report_file(
+        tmp, json.dumps({**GOOD, "records": None}))] * 2],
+         message=r"r\.json: 'records' is NoneType, not a JSON list$"),
+    Case("copy_through_a_dangling_link", argv=lambda tmp: ["copy", "checkpoint", _dangling(tmp)],
+         message=r"copy: .*dangling\.py cannot be written \(No such file or directory\)$"),
 )
+
+
+def _dangling(tmp: Path) -> str:
+    """A link to a file in a folder that does not exist."""
+    (tmp / "dangling.py").symlink_to(tmp / "nowhere" / "x.py")
+    return str(tmp / "dangling.py")
 
 
 @BAD_INPUT
@@ -411,6 +422,18 @@ def test_bad_input_is_one_line_and_exit_2(argv: Any, message: str, capsys: pytes
     assert err.startswith("error: ")
     assert re.search(message, err), err
     assert "Traceback" not in out + err
+
+
+def test_diagnose_with_stdin_closed_says_so(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process started with stdin closed (`samedevice diagnose <&-`; Python's sys.stdin is None) gets exit 2 and
+    one line, from a pipe it was told to read or none; it used to stop with an AttributeError."""
+    monkeypatch.setattr(sys, "stdin", None)
+    assert run(capsys, "diagnose", "--file", "-")[::2] == (
+        2, "error: --file: standard input is closed; give the error as an argument or a file\n")
+    code, _, err = run(capsys, "diagnose")
+    assert code == 2
+    assert err.startswith("error: diagnose: no input; paste the error as an argument")
 
 
 # ---- start-up ---------------------------------------------------------------------------------

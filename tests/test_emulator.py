@@ -532,6 +532,65 @@ def _check_memory_accounting(dev: torch.device) -> None:
     assert emulator.max_memory_allocated(dev) == base
 
 
+def test_torch_accelerator_memory_functions() -> None:
+    """torch.accelerator's memory functions reach the emulator's allocator, a c10::DeviceAllocator as CUDA's is
+    (they used to stop at an internal assert, "Allocator for emulated is not a DeviceAllocator"), with CUDA's
+    counting: a block rounded up to 512 bytes, requested_bytes what was asked for, a block of at most 1 MiB in the
+    small pool; with no cache, reserved is allocated. torch.emulated has torch.cuda's names for them."""
+    dev = emulator.device(0)
+    if torch.accelerator.current_accelerator() != torch.device(dev.type):
+        pytest.skip("torch.accelerator is another backend's here")
+    gc.collect()
+    gc.disable()  # no other test's garbage may be freed while the counters are compared
+    try:
+        torch.ones(1, device=dev)  # the device has started: its allocator counts as initialized
+        assert torch._C._accelerator_isAllocatorInitialized()
+        torch.accelerator.reset_peak_memory_stats()
+        torch.accelerator.reset_accumulated_memory_stats()
+        before = torch.accelerator.memory_stats()
+        small, large = torch.empty(100, device=dev), torch.empty(2**20, device=dev)  # 400 bytes, 4 MiB
+        stats = torch.accelerator.memory_stats()
+        assert stats["allocated_bytes.all.current"] - before["allocated_bytes.all.current"] == 512 + 2**22
+        assert stats["requested_bytes.all.current"] - before["requested_bytes.all.current"] == 400 + 2**22
+        assert stats["allocated_bytes.small_pool.allocated"] == 512
+        assert stats["allocated_bytes.large_pool.allocated"] == 2**22
+        assert stats["allocation.all.current"] - before["allocation.all.current"] == 2
+        assert torch.accelerator.memory_allocated() == torch.accelerator.memory_reserved() == emulator.memory_allocated(dev)
+        assert torch.emulated.memory_allocated(dev) == emulator.memory_allocated(dev)  # type: ignore[attr-defined]
+        del small, large
+        torch.accelerator.empty_cache()
+        stats = torch.accelerator.memory_stats()
+        assert stats["active_bytes.all.current"] == before["active_bytes.all.current"]
+        assert stats["active_bytes.all.freed"] == 512 + 2**22
+        assert torch.accelerator.max_memory_allocated() == before["allocated_bytes.all.current"] + 512 + 2**22
+        torch.accelerator.reset_peak_memory_stats()
+        assert torch.accelerator.max_memory_allocated() == before["allocated_bytes.all.current"]
+        torch.accelerator.reset_accumulated_memory_stats()
+        assert torch.accelerator.memory_stats()["active_bytes.all.freed"] == 0
+        emulator.set_capacity(dev, 2**30)
+        free, total = torch.accelerator.get_memory_info()
+        assert total == 2**30
+        assert free == 2**30 - emulator.memory_allocated(dev)
+        assert torch.emulated.mem_get_info(dev) == (free, total)  # type: ignore[attr-defined]
+        emulator.set_capacity(dev, None)
+        free, total = torch.accelerator.get_memory_info()
+        assert 0 < free <= total  # the host's memory, which the emulated device's is
+    finally:
+        emulator.set_capacity(dev, None)
+        gc.enable()
+
+
+def test_a_device_tensor_is_not_shared_with_another_process() -> None:
+    """A departure: CUDA shares a device tensor with another process through its IPC handles; the emulator's
+    cannot be pickled for one (torch.multiprocessing's reduction reaches the CPU-only shared-memory path)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # registers its reductions
+
+    with pytest.raises(RuntimeError, match=r"^_share_fd_: only available on CPU$"):
+        ForkingPickler.dumps(torch.ones(3, device=emulator.device()))
+
+
 def test_capacity_raises_out_of_memory() -> None:
     """Past the capacity, an allocation raises torch.OutOfMemoryError and allocates nothing."""
     dev = emulator.device(1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from samedevice.emulator import native
+from samedevice.emulator import native, registration
 from samedevice.emulator.registration import DEVICE_COUNT, index_of, is_absent, visible_count
 
-_ALLOCATED, _PEAK = 0, 1
+_ALLOCATED, _PEAK, _FREE, _TOTAL = 0, 1, 2, 3
 
 
 def _index(dev: torch.device | str | int | None) -> int:
@@ -36,6 +36,25 @@ def reset_peak_memory_stats(dev: torch.device | str | int | None = None) -> None
     native.reset_peak(_index(dev))
 
 
+def memory_reserved(dev: torch.device | str | int | None = None) -> int:
+    return memory_allocated(dev)  # no cache: what is reserved is allocated
+
+
+def max_memory_reserved(dev: torch.device | str | int | None = None) -> int:
+    return max_memory_allocated(dev)
+
+
+def empty_cache() -> None:
+    """The emulator keeps no cache: nothing to release."""
+
+
+def mem_get_info(dev: torch.device | str | int | None = None) -> tuple[int, int]:
+    """(free, total) bytes: the capacity where one is set (less what is allocated and used elsewhere), else the
+    host's memory, which the emulated device's is."""
+    index = _index(dev)
+    return native.memory(index, _FREE), native.memory(index, _TOTAL)
+
+
 def set_capacity(dev: torch.device | str | int | None, nbytes: int | None, used_elsewhere: int = 0) -> None:
     """Limit the emulated device's memory to `nbytes` (None removes the limit), of which other processes
     hold `used_elsewhere` (another rank training on that device): this process may allocate the rest."""
@@ -45,3 +64,9 @@ def set_capacity(dev: torch.device | str | int | None, nbytes: int | None, used_
 
 
 format_size = native.format_size
+
+
+# torch.emulated's memory functions, as torch.cuda's (torch.accelerator's reach the allocator, allocator.cpp)
+for _fn in (memory_allocated, max_memory_allocated, reset_peak_memory_stats, memory_reserved, max_memory_reserved,
+            empty_cache, mem_get_info):
+    setattr(registration._DeviceModule, _fn.__name__, staticmethod(_fn))

@@ -197,7 +197,7 @@ _loaded: list[ctypes.CDLL] = []
 
 
 def memory(index: int, what: int) -> int:
-    """allocator.cpp's figures: 0 allocated, 1 peak."""
+    """allocator.cpp's figures: 0 allocated, 1 peak, 2 free, 3 total."""
     return int(_loaded[0].samedevice_memory(index, what))
 
 

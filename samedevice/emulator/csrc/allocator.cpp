@@ -3,25 +3,43 @@
 // before allocating. The message follows CUDA's: the same figures in the same units and order, the device named
 // as the emulator's; other processes are one figure (CUDA names each by its pid), and the cache's parts (reserved
 // but unallocated, the advice on fragmentation) are left out: the emulator keeps no cache.
+//
+// The allocator is a c10::DeviceAllocator, as CUDA's is, so torch.accelerator's memory functions (memory_stats,
+// memory_allocated, empty_cache, get_memory_info...) work on it. Its statistics are CUDA's (DeviceStats), counted
+// as CUDA's allocator counts them: each block rounded up to 512 bytes (round_size's kMinBlockSize), requested_bytes
+// the size asked for, a block of at most 1 MiB in the small pool (kSmallSize), a zero-size request no block at all.
+// With no cache, every block is its own segment: reserved is allocated, active is allocated, nothing is inactive.
 #include "core.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <mutex>
 
 namespace samedevice {
 namespace {
 
+using c10::CachingDeviceAllocator::DeviceStats;
+
 struct Counters {
-  std::atomic<int64_t> allocated{0};
-  std::atomic<int64_t> peak{0};
-  std::atomic<int64_t> capacity{-1};  // -1: no limit
-  std::atomic<int64_t> elsewhere{0};  // bytes other processes hold on the device (set_capacity's used_elsewhere)
+  std::mutex lock;        // guards stats; an allocation's check against the capacity and its count are one step
+  DeviceStats stats;
+  int64_t capacity = -1;  // -1: no limit
+  int64_t elsewhere = 0;  // bytes other processes hold on the device (set_capacity's used_elsewhere)
 };
 std::array<Counters, kDeviceCount> counters;
+
+constexpr int64_t kMinBlockSize = 512, kSmallSize = 1 << 20;  // CUDACachingAllocator.cpp's
+int64_t block_size(int64_t n) { return n == 0 ? 0 : (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize; }
+c10::CachingAllocator::StatTypes pools(int64_t size) {
+  return {true, size <= kSmallSize, size > kSmallSize};  // all, small_pool, large_pool
+}
+int64_t allocated_now(Counters& c) { return c.stats.allocated_bytes[0].current; }  // the lock held
 
 // CUDACachingAllocator.cpp's format_size: bytes up to 1 KiB, then KiB, MiB, GiB with two decimals.
 std::string format_size(int64_t n) {
@@ -48,24 +66,45 @@ int64_t segment(int64_t n) {
   return (size + (2 << 20) - 1) / (2 << 20) * (2 << 20);
 }
 
+// Counts a block of `n` bytes asked for on `index`, or raises torch.OutOfMemoryError past the capacity.
 void reserve(c10::DeviceIndex index, int64_t n) {
   auto& c = counters.at(index);
-  int64_t cap = c.capacity, elsewhere = c.elsewhere, allocated = c.allocated;
-  // the check and the count in one step, so that threads allocating at once cannot pass the capacity together
-  while (!(cap >= 0 && elsewhere + allocated + n > cap) && !c.allocated.compare_exchange_weak(allocated, allocated + n)) {
-  }
-  if (cap >= 0 && elsewhere + allocated + n > cap) {
-    int64_t free = std::max<int64_t>(0, cap - elsewhere - allocated);
-    std::string others = elsewhere ? "Other processes have " + format_size(elsewhere) + " memory in use. " : "";
+  const int64_t size = block_size(n);
+  std::lock_guard<std::mutex> hold(c.lock);
+  const int64_t allocated = allocated_now(c);
+  if (c.capacity >= 0 && c.elsewhere + allocated + size > c.capacity) {
+    int64_t free = std::max<int64_t>(0, c.capacity - c.elsewhere - allocated);
+    std::string others = c.elsewhere ? "Other processes have " + format_size(c.elsewhere) + " memory in use. " : "";
+    c.stats.num_ooms += 1;
     TORCH_CHECK_WITH(OutOfMemoryError, false, c10::get_privateuse1_backend(), ":", int(index),
                      " out of memory. Tried to allocate ", format_size(segment(n)), ". Device ", int(index),
-                     " has a total capacity of ", format_size(cap), " of which ", format_size(free), " is free. ",
-                     others, "Of the allocated memory ", format_size(allocated), " is allocated by PyTorch.");
+                     " has a total capacity of ", format_size(c.capacity), " of which ", format_size(free), " is free. ",
+                     c10::str(others), "Of the allocated memory ", format_size(allocated), " is allocated by PyTorch.");
   }
-  int64_t now = allocated + n;
-  int64_t peak = c.peak;
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
-  }
+  if (size == 0) return;  // CUDA's allocator hands out no block for nothing
+  c.stats.num_device_alloc += 1;
+  c10::CachingAllocator::for_each_selected_stat_type(pools(size), [&](size_t t) {
+    for (auto* count : {&c.stats.allocation[t], &c.stats.segment[t], &c.stats.active[t]}) count->increase(1);
+    for (auto* bytes : {&c.stats.allocated_bytes[t], &c.stats.reserved_bytes[t], &c.stats.active_bytes[t]}) {
+      bytes->increase(size);
+    }
+    c.stats.requested_bytes[t].increase(n);
+  });
+}
+
+void release(c10::DeviceIndex index, int64_t n) {
+  auto& c = counters.at(index);
+  const int64_t size = block_size(n);
+  if (size == 0) return;
+  std::lock_guard<std::mutex> hold(c.lock);
+  c.stats.num_device_free += 1;
+  c10::CachingAllocator::for_each_selected_stat_type(pools(size), [&](size_t t) {
+    for (auto* count : {&c.stats.allocation[t], &c.stats.segment[t], &c.stats.active[t]}) count->decrease(1);
+    for (auto* bytes : {&c.stats.allocated_bytes[t], &c.stats.reserved_bytes[t], &c.stats.active_bytes[t]}) {
+      bytes->decrease(size);
+    }
+    c.stats.requested_bytes[t].decrease(n);
+  });
 }
 
 // One block of device memory: the host memory it lives in, and where it is counted.
@@ -77,7 +116,7 @@ struct Block {
 
 void free_block(void* ctx) {
   auto block = static_cast<Block*>(ctx);
-  counters[block->index].allocated -= block->nbytes;
+  release(block->index, block->nbytes);
   delete block;  // frees the host memory
 }
 
@@ -93,14 +132,61 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t n) {
   try {
     return device_block(c10::GetDefaultCPUAllocator()->allocate(n), static_cast<int64_t>(n), index);
   } catch (...) {
-    counters[index].allocated -= static_cast<int64_t>(n);
+    release(index, static_cast<int64_t>(n));
     throw;
   }
 }
 
-struct DeviceAllocator final : public c10::Allocator {
+struct EmulatedAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override { return allocate_on(current_device(), n); }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  // CUDA's: initialized by the device's lazy init (here, its first use); before it, torch.accelerator's figures are
+  // none (memory_stats an empty dict) and empty_cache does nothing
+  bool initialized() override { return device_started(); }
+  void emptyCache(c10::MempoolId_t) override {}                   // no cache to empty
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // a block is freed when its last user is done
+  DeviceStats getDeviceStats(c10::DeviceIndex index) override {
+    auto& c = counters.at(checked(index));
+    std::lock_guard<std::mutex> hold(c.lock);
+    return c.stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex index) override {
+    auto& c = counters.at(checked(index));
+    std::lock_guard<std::mutex> hold(c.lock);
+    for (auto* array : arrays(c.stats)) {
+      for (auto& stat : *array) stat.reset_accumulated();
+    }
+    c.stats.num_ooms = c.stats.num_device_alloc = c.stats.num_device_free = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex index) override {
+    auto& c = counters.at(checked(index));
+    std::lock_guard<std::mutex> hold(c.lock);
+    for (auto* array : arrays(c.stats)) {
+      for (auto& stat : *array) stat.reset_peak();
+    }
+  }
+  // (free, total): the capacity where one is set, else the host's memory, which the emulated device's is
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
+    auto& c = counters.at(checked(index));
+    std::lock_guard<std::mutex> hold(c.lock);
+    if (c.capacity >= 0) {
+      return {static_cast<size_t>(std::max<int64_t>(0, c.capacity - c.elsewhere - allocated_now(c))),
+              static_cast<size_t>(c.capacity)};
+    }
+    const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return {static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page};
+  }
+
+ private:
+  // CUDACachingAllocator.cpp's check of a device argument, in its words
+  static c10::DeviceIndex checked(c10::DeviceIndex index) {
+    TORCH_CHECK(index >= 0 && index < kDeviceCount, "Invalid device argument ", int(index), ": did you call init?");
+    return index;
+  }
+  static std::array<c10::CachingAllocator::StatArray*, 9> arrays(DeviceStats& s) {
+    return {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
+            &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes};
+  }
 };
 
 struct HostAliasAllocator final : public c10::Allocator {
@@ -112,7 +198,7 @@ struct HostAliasAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
-DeviceAllocator the_device_allocator;
+EmulatedAllocator the_device_allocator;
 HostAliasAllocator the_host_alias_allocator;
 
 }  // namespace
@@ -133,17 +219,23 @@ c10::DataPtr adopt(c10::DataPtr host, size_t nbytes, c10::DeviceIndex index) {
 
 }  // namespace samedevice
 
-// memory.py's figures (it checks the index first: nothing here may throw into ctypes). what: 0 allocated, 1 peak.
+// memory.py's figures (it checks the index first: nothing here may throw into ctypes). what: 0 allocated, 1 peak,
+// 2 free, 3 total.
 extern "C" int64_t samedevice_memory(int index, int what) {
   if (index < 0 || index >= samedevice::kDeviceCount) return -1;
+  if (what >= 2) {  // 2 free, 3 total: torch.emulated.mem_get_info's
+    auto info = samedevice::the_device_allocator.getMemoryInfo(static_cast<c10::DeviceIndex>(index));
+    return static_cast<int64_t>(what == 2 ? info.first : info.second);
+  }
   auto& c = samedevice::counters[index];
-  return what == 0 ? c.allocated.load() : c.peak.load();
+  std::lock_guard<std::mutex> hold(c.lock);
+  const auto& bytes = c.stats.allocated_bytes[0];
+  return what == 0 ? bytes.current : bytes.peak;
 }
 
 extern "C" void samedevice_reset_peak(int index) {
   if (index < 0 || index >= samedevice::kDeviceCount) return;
-  auto& c = samedevice::counters[index];
-  c.peak = c.allocated.load();
+  samedevice::the_device_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
 extern "C" void samedevice_format_size(int64_t nbytes, char* out, size_t size) {
@@ -153,6 +245,7 @@ extern "C" void samedevice_format_size(int64_t nbytes, char* out, size_t size) {
 extern "C" void samedevice_set_capacity(int index, int64_t capacity, int64_t elsewhere) {
   if (index < 0 || index >= samedevice::kDeviceCount) return;
   auto& c = samedevice::counters[index];
+  std::lock_guard<std::mutex> hold(c.lock);
   c.capacity = capacity;
   c.elsewhere = elsewhere;
 }

@@ -24,6 +24,9 @@ void check_present(c10::DeviceIndex index);
 // An op's result on the device, in a process forked after its parent used it: CUDA's kernel launch there fails with
 // cudaErrorInitializationError ("CUDA error: initialization error").
 void check_not_forked();
+// Whether the device has started (a tensor allocated on it, its current device set, its generator or a stream
+// used): CUDA's lazy init, after which its allocator counts as initialized.
+bool device_started();
 
 // allocator.cpp: the device allocator (at::GetAllocator(kPrivateUse1)) allocates on the current device.
 c10::Allocator* device_allocator();
