@@ -26,9 +26,12 @@ namespace {
 
 using c10::CachingDeviceAllocator::DeviceStats;
 
+// With no cache, CUDA's block, segment and active figures are one figure: `blocks` counts them, `bytes` their bytes
+// (allocated, reserved and active), `requested` the bytes asked for; each for all, the small and the large pool.
 struct Counters {
-  std::mutex lock;        // guards stats; an allocation's check against the capacity and its count are one step
-  DeviceStats stats;
+  std::mutex lock;  // guards the rest; an allocation's check against the capacity and its count are one step
+  c10::CachingAllocator::StatArray blocks, bytes, requested;
+  int64_t ooms = 0, device_allocs = 0, device_frees = 0;
   int64_t capacity = -1;  // -1: no limit
   int64_t elsewhere = 0;  // bytes other processes hold on the device (set_capacity's used_elsewhere)
 };
@@ -39,7 +42,7 @@ int64_t block_size(int64_t n) { return n == 0 ? 0 : (n + kMinBlockSize - 1) / kM
 c10::CachingAllocator::StatTypes pools(int64_t size) {
   return {true, size <= kSmallSize, size > kSmallSize};  // all, small_pool, large_pool
 }
-int64_t allocated_now(Counters& c) { return c.stats.allocated_bytes[0].current; }  // the lock held
+int64_t allocated_now(Counters& c) { return c.bytes[0].current; }  // the lock held
 
 // CUDACachingAllocator.cpp's format_size: bytes up to 1 KiB, then KiB, MiB, GiB with two decimals.
 std::string format_size(int64_t n) {
@@ -75,20 +78,18 @@ void reserve(c10::DeviceIndex index, int64_t n) {
   if (c.capacity >= 0 && c.elsewhere + allocated + size > c.capacity) {
     int64_t free = std::max<int64_t>(0, c.capacity - c.elsewhere - allocated);
     std::string others = c.elsewhere ? "Other processes have " + format_size(c.elsewhere) + " memory in use. " : "";
-    c.stats.num_ooms += 1;
+    c.ooms += 1;
     TORCH_CHECK_WITH(OutOfMemoryError, false, c10::get_privateuse1_backend(), ":", int(index),
                      " out of memory. Tried to allocate ", format_size(segment(n)), ". Device ", int(index),
                      " has a total capacity of ", format_size(c.capacity), " of which ", format_size(free), " is free. ",
                      c10::str(others), "Of the allocated memory ", format_size(allocated), " is allocated by PyTorch.");
   }
   if (size == 0) return;  // CUDA's allocator hands out no block for nothing
-  c.stats.num_device_alloc += 1;
+  c.device_allocs += 1;
   c10::CachingAllocator::for_each_selected_stat_type(pools(size), [&](size_t t) {
-    for (auto* count : {&c.stats.allocation[t], &c.stats.segment[t], &c.stats.active[t]}) count->increase(1);
-    for (auto* bytes : {&c.stats.allocated_bytes[t], &c.stats.reserved_bytes[t], &c.stats.active_bytes[t]}) {
-      bytes->increase(size);
-    }
-    c.stats.requested_bytes[t].increase(n);
+    c.blocks[t].increase(1);
+    c.bytes[t].increase(size);
+    c.requested[t].increase(n);
   });
 }
 
@@ -97,13 +98,11 @@ void release(c10::DeviceIndex index, int64_t n) {
   const int64_t size = block_size(n);
   if (size == 0) return;
   std::lock_guard<std::mutex> hold(c.lock);
-  c.stats.num_device_free += 1;
+  c.device_frees += 1;
   c10::CachingAllocator::for_each_selected_stat_type(pools(size), [&](size_t t) {
-    for (auto* count : {&c.stats.allocation[t], &c.stats.segment[t], &c.stats.active[t]}) count->decrease(1);
-    for (auto* bytes : {&c.stats.allocated_bytes[t], &c.stats.reserved_bytes[t], &c.stats.active_bytes[t]}) {
-      bytes->decrease(size);
-    }
-    c.stats.requested_bytes[t].decrease(n);
+    c.blocks[t].decrease(1);
+    c.bytes[t].decrease(size);
+    c.requested[t].decrease(n);
   });
 }
 
@@ -148,20 +147,27 @@ struct EmulatedAllocator final : public c10::DeviceAllocator {
   DeviceStats getDeviceStats(c10::DeviceIndex index) override {
     auto& c = counters.at(checked(index));
     std::lock_guard<std::mutex> hold(c.lock);
-    return c.stats;
+    DeviceStats stats;
+    stats.allocation = stats.segment = stats.active = c.blocks;
+    stats.allocated_bytes = stats.reserved_bytes = stats.active_bytes = c.bytes;
+    stats.requested_bytes = c.requested;
+    stats.num_ooms = c.ooms;
+    stats.num_device_alloc = c.device_allocs;
+    stats.num_device_free = c.device_frees;
+    return stats;
   }
   void resetAccumulatedStats(c10::DeviceIndex index) override {
     auto& c = counters.at(checked(index));
     std::lock_guard<std::mutex> hold(c.lock);
-    for (auto* array : arrays(c.stats)) {
+    for (auto* array : {&c.blocks, &c.bytes, &c.requested}) {
       for (auto& stat : *array) stat.reset_accumulated();
     }
-    c.stats.num_ooms = c.stats.num_device_alloc = c.stats.num_device_free = 0;
+    c.ooms = c.device_allocs = c.device_frees = 0;
   }
   void resetPeakStats(c10::DeviceIndex index) override {
     auto& c = counters.at(checked(index));
     std::lock_guard<std::mutex> hold(c.lock);
-    for (auto* array : arrays(c.stats)) {
+    for (auto* array : {&c.blocks, &c.bytes, &c.requested}) {
       for (auto& stat : *array) stat.reset_peak();
     }
   }
@@ -182,10 +188,6 @@ struct EmulatedAllocator final : public c10::DeviceAllocator {
   static c10::DeviceIndex checked(c10::DeviceIndex index) {
     TORCH_CHECK(index >= 0 && index < kDeviceCount, "Invalid device argument ", int(index), ": did you call init?");
     return index;
-  }
-  static std::array<c10::CachingAllocator::StatArray*, 9> arrays(DeviceStats& s) {
-    return {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
-            &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes};
   }
 };
 
@@ -229,8 +231,7 @@ extern "C" int64_t samedevice_memory(int index, int what) {
   }
   auto& c = samedevice::counters[index];
   std::lock_guard<std::mutex> hold(c.lock);
-  const auto& bytes = c.stats.allocated_bytes[0];
-  return what == 0 ? bytes.current : bytes.peak;
+  return what == 0 ? c.bytes[0].current : c.bytes[0].peak;
 }
 
 extern "C" void samedevice_reset_peak(int index) {
