@@ -988,7 +988,34 @@ def _clean(text: str, paste: bool = True) -> str:
         text = _without_log_times(text)  # (once quoted, the times begin the lines)
     if paste and "\u2502" in text and ("\u256d" in text or "\u2771" in text):  # a box's side, its corner or ❱
         text = _unboxed(text)
+    if paste and IPYTHON_RAN.search(text):
+        text = _ipython_ran(text)
     return _frames_joined(text)
+
+
+IPYTHON_RAN = re.compile(r"(?m)^-+>[ \t]*\d+(?:[ \t](?P<code>.*))?$")  # IPython's `---> 12     out = model(x)`
+IPYTHON_CONTEXT = re.compile(r"[ \t]*\d+(?:[ \t].*)?")  # the lines it shows around it: `     13     loss = ...`
+
+
+def _ipython_ran(text: str) -> str:
+    """A traceback IPython or Jupyter printed, as Python prints one: under each frame only the line that ran (marked
+    `--->`), not the lines around it, which did not run (a `loss = criterion(...)` after the failing line is no loss
+    frame)."""
+    out, in_frame = [], False
+    for line in text.splitlines():
+        ran = IPYTHON_RAN.match(line)
+        if ran:
+            out.append("    " + (ran["code"] or "").strip())
+            in_frame = True
+            continue
+        if in_frame and IPYTHON_CONTEXT.fullmatch(line):
+            continue  # a line around the one that ran
+        # a frame's first line (a cell run at the top level names no function: `Cell In[5], line 12`); a blank line
+        # ends its lines
+        in_frame = bool(FRAME.search(line) or re.match(r"Cell In\[\d+\], line \d+", line)) \
+            or (in_frame and bool(line.strip()))
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 CODE_LINE = re.compile(r"(?P<at>\u2771)?[ \t]*\d+(?: (?P<code>.*))?$")  # `9 opt.step()`, `❱ 12 opt.step()`

@@ -2143,6 +2143,41 @@ def test_ipython_frames_are_read() -> None:
     assert "user_forward" in facts.frames
 
 
+# IPython 8 in a notebook: the cell's loop failed in the model's forward; the lines around the one that ran (a loss,
+# the optimizer's step, after it) did not run
+JUPYTER_LOOP = """\
+---------------------------------------------------------------------------
+RuntimeError                              Traceback (most recent call last)
+Cell In[5], line 12
+     10 for x, y in loader:
+     11     optimizer.zero_grad()
+---> 12     out = model(x)
+     13     loss = criterion(out, y)
+     14     optimizer.step()
+
+File /opt/env/lib/python3.11/site-packages/torch/nn/modules/module.py:1736, in Module._call_impl(self, *args, **kwargs)
+   1734     return self._compiled_call_impl(*args, **kwargs)
+-> 1736 return forward_call(*args, **kwargs)
+
+Cell In[3], line 9, in Net.forward(self, x)
+      8 def forward(self, x):
+----> 9     return self.fc(x) + self.bias
+
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!
+"""
+
+
+def test_ipython_reads_only_the_lines_that_ran() -> None:
+    """Under each frame IPython shows the lines around the one that ran (`---> 12`); only that one is read, as Python
+    quotes it: a loss or a step printed after it is no frame of the traceback. They used to be read as a loss frame
+    and put a loss's lesson first."""
+    facts = diagnose.read(JUPYTER_LOOP)
+    assert facts.frames == ("user_forward",)
+    assert "attribute_raised" in facts.code  # `self.bias`, in the line that raised
+    assert diagnose.raising_line(JUPYTER_LOOP) == "return self.fc(x) + self.bias"
+    assert diagnose.diagnose(JUPYTER_LOOP).matches[0].slug == "plain_tensor_attribute"
+
+
 # rich's traceback (`rich.traceback.install(show_locals=True)`) of an SGD step after `model.to(device)`, as a
 # 64-column terminal drew it: a frame header folded mid-path, the lines around the one that ran, panels of locals
 RICH = """\
