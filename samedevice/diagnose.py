@@ -547,13 +547,22 @@ def _device_of_legacy(name: str) -> str:
     return parts[1].lower() if len(parts) >= 3 and parts[1] != "sparse" else "cpu"
 
 
+# what follows an error's message in a log and is no part of it: another traceback or a chained one, a warning, a
+# logger's or a tool's line (wandb, torchrun's elastic agent, make)
+AFTER_MESSAGE = re.compile(r" (?:Traceback \(most recent call last\)|The above exception was|During handling of the "
+                           r"above exception|\S+\.py:\d+: \w*Warning:|wandb: |(?:ERROR|WARNING|INFO):\S|"
+                           r"[\w.-]+: \*\*\* )")
+
+
 def read_message(text: str) -> tuple[Template | None, dict[str, str | None], str]:
     flat = _normalize(text)
     for template in TEMPLATES:
         match = template.pattern.search(flat)
         if match:
-            end = min((i for i in (flat.find(" File ", match.end()), flat.find(" =====", match.end())) if i > 0),
-                      default=-1)  # the next frame, or pytest's next part (its summary)
+            after = AFTER_MESSAGE.search(flat, match.end())
+            end = min((i for i in (flat.find(" File ", match.end()), flat.find(" =====", match.end()),
+                                   after.start() if after else -1) if i > 0),
+                      default=-1)  # the next frame, pytest's next part (its summary), or the log's next line
             start = match.start("m") if match.groupdict().get("m") else match.start()  # the message, not what led to it
             return template, match.groupdict(), flat[start: end if end > 0 else match.end() + 200].strip()
     return None, {}, ""

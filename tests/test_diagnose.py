@@ -2167,6 +2167,23 @@ RuntimeError: Expected all tensors to be on the same device, but found at least 
 """
 
 
+@pytest.mark.parametrize("after", [
+    "wandb: Waiting for W&B process to finish... (failed 1).\nERROR:torch.distributed.elastic.multiprocessing.api:"
+    "failed (exitcode: 1) local_rank: 0 (pid: 1234)",
+    "make: *** [Makefile:12: train] Error 1",
+    "\nThe above exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\n"
+    '  File "run.py", line 3, in main\n    raise SystemExit("training failed") from e\nSystemExit: training failed',
+    "/env/lib/python3.11/site-packages/torch/optim/lr_scheduler.py:139: UserWarning: Detected call of "
+    "`lr_scheduler.step()` before `optimizer.step()`.",
+], ids=["loggers", "make", "chained", "warning"])
+def test_the_message_ends_where_the_log_goes_on(after: str) -> None:
+    """The lines a log prints after the error (a logger's, a tool's, a chained traceback, a warning) are no part of
+    its message; they used to be read into it."""
+    message = ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! "
+               "(when checking argument for argument mat1 in method wrapper_CUDA_addmm)")
+    assert diagnose.read(f"RuntimeError: {message}\n{after}\n").message == message
+
+
 def test_ipython_reads_only_the_lines_that_ran() -> None:
     """Under each frame IPython shows the lines around the one that ran (`---> 12`); only that one is read, as Python
     quotes it: a loss or a step printed after it is no frame of the traceback. They used to be read as a loss frame
