@@ -100,7 +100,8 @@ def tour(device_name: str | None) -> int:
         raise UsageError(f"tour --device {name}: {reason}")
     device = devices.resolve(name)
     width = shutil.get_terminal_size((100, 24)).columns
-    emulator_reason = devices.unavailable_reason("emulated") if device_name is None and name == "cpu" else None
+    fell_back = device_name is None and name == "cpu" and not os.environ.get("SAMEDEVICE_DEVICE")  # not chosen
+    emulator_reason = devices.unavailable_reason("emulated") if fell_back else None
     if emulator_reason:  # the tour fell back to the CPU, where no broken module fails: say why, first
         print(textwrap.fill(f"No accelerator here, and the emulated one cannot run: {emulator_reason}. On the CPU "
                             "the broken modules run without an error.", width) + "\n")

@@ -997,9 +997,10 @@ def _clean(text: str, paste: bool = True) -> str:
         text = _without_log_times(text)  # (once quoted, the times begin the lines)
     if paste and "\u2502" in text and ("\u256d" in text or "\u2771" in text):  # a box's side, its corner or ❱
         text = _unboxed(text)
-    if paste and IPYTHON_RAN.search(text):
+    text = _frames_joined(text)
+    if paste and IPYTHON_RAN.search(text):  # (its frame lines joined first: they start the lines it leaves out)
         text = _ipython_ran(text)
-    return _frames_joined(text)
+    return text
 
 
 IPYTHON_RAN = re.compile(r"(?m)^-+>[ \t]*\d+(?:[ \t](?P<code>.*))?$")  # IPython's `---> 12     out = model(x)`
@@ -1019,6 +1020,9 @@ def _ipython_ran(text: str) -> str:
             continue
         if in_frame and IPYTHON_CONTEXT.fullmatch(line):
             continue  # a line around the one that ran
+        if in_frame and out and FRAME.search(out[-1]) and out[-1].count("(") > out[-1].count(")"):
+            out[-1] += " " + line.strip()  # the frame's arguments, wrapped (`in f(self,` then `x, y)`)
+            continue
         # a frame's first line (a cell run at the top level names no function: `Cell In[5], line 12`); a blank line
         # ends its lines
         in_frame = bool(FRAME.search(line) or re.match(r"Cell In\[\d+\], line \d+", line)) \

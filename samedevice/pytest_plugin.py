@@ -119,7 +119,10 @@ def _ours(metafunc: pytest.Metafunc, name: str) -> bool:
 
 def _parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     """True when the test parametrizes `name` itself (`@pytest.mark.parametrize("device", ["emulated"],
-    indirect=True)`): its own values are the matrix, each given to the fixture."""
+    indirect=True)`, or a conftest's `metafunc.parametrize`): its own values are the matrix, each given to the
+    fixture."""
+    if any(name in call.params for call in getattr(metafunc, "_calls", ())):  # a project's pytest_generate_tests
+        return True
     for marker in metafunc.definition.iter_markers("parametrize"):
         names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
         if isinstance(names, str):
@@ -156,7 +159,8 @@ def _device(request: pytest.FixtureRequest) -> torch.device:
         pytest.fail(f"the {request.fixturename} fixture was given {name!r}; give it a device kind: "
                     f"{', '.join(devices.KNOWN)}", pytrace=False)
     if name not in request.config.stash[_SELECTED]:  # the emulator is registered at start-up only when selected
-        pytest.skip(f"{name} is not among the devices selected for this run (--devices)")
+        pytest.skip(devices.unavailable_reason(name) or f"{name} is not among the devices selected for this run "
+                    "(--devices)")
     reason = devices.unavailable_reason(name)
     if reason:
         pytest.skip(reason)

@@ -95,6 +95,8 @@ def test_tour_says_why_it_fell_back_to_the_cpu(two_scenarios: Any, capsys: pytes
                      "modules run without an error.")
     assert re.search(r"^sgd_momentum +verified +runs silently \(expected on CPU\)$", out, re.M)
     assert "cannot run" not in run(capsys, "tour", "--device", "cpu")[1]
+    monkeypatch.setenv("SAMEDEVICE_DEVICE", "cpu")  # chosen, not fallen back to
+    assert "cannot run" not in run(capsys, "tour")[1]
 
 
 @pytest.mark.parametrize(("text", "room", "shown"), [

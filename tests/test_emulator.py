@@ -556,7 +556,8 @@ def test_torch_accelerator_memory_functions() -> None:
         assert stats["allocated_bytes.large_pool.allocated"] == 2**22
         assert stats["allocation.all.current"] - before["allocation.all.current"] == 2
         assert torch.accelerator.memory_allocated() == torch.accelerator.memory_reserved() == emulator.memory_allocated(dev)
-        assert torch.emulated.memory_allocated(dev) == emulator.memory_allocated(dev)  # type: ignore[attr-defined]
+        emulated = torch.emulated  # type: ignore[attr-defined]
+        assert emulated.memory_allocated(dev) == torch.accelerator.memory_allocated()
         del small, large
         torch.accelerator.empty_cache()
         stats = torch.accelerator.memory_stats()
@@ -571,7 +572,9 @@ def test_torch_accelerator_memory_functions() -> None:
         free, total = torch.accelerator.get_memory_info()
         assert total == 2**30
         assert free == 2**30 - emulator.memory_allocated(dev)
-        assert torch.emulated.mem_get_info(dev) == (free, total)  # type: ignore[attr-defined]
+        assert emulated.mem_get_info(dev) == (free, total)
+        with emulator.visible(1), pytest.raises(RuntimeError, match=r"^Invalid device argument 1: did you call init"):
+            torch.accelerator.memory_stats(1)  # a device the host does not show, as CUDA's check refuses it
         emulator.set_capacity(dev, None)
         free, total = torch.accelerator.get_memory_info()
         assert 0 < free <= total  # the host's memory, which the emulated device's is

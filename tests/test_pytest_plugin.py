@@ -423,6 +423,10 @@ def test_pairs(steps, device):
 def test_not_a_kind(device):
     pass
 
+@pytest.mark.parametrize("device", ["xpu"], indirect=True)
+def test_absent_kind(device):
+    pass
+
 def test_the_matrix(device):
     pass
 """
@@ -433,13 +437,30 @@ def test_a_test_may_parametrize_the_device_itself(pytester: pytest.Pytester) -> 
     """A test's own indirect parametrization of `device` is its matrix, each value given to the fixture; a value
     that is no device kind is that test's error, naming it. It used to abort the collection of every test with
     "duplicate parametrization of 'device'"."""
-    result = _inner(pytester, OWN_PARAMETRIZATION, "--devices=cpu,emulated", "-v")
-    result.assert_outcomes(passed=5, errors=1)
+    result = _inner(pytester, OWN_PARAMETRIZATION, "--devices=cpu,emulated", "-v", "-rs")
+    result.assert_outcomes(passed=5, errors=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*XPU is not available on this host"])  # why, not "not selected"
     result.stdout.fnmatch_lines(["*test_only_emulated?emulated? PASSED*", "*test_pairs?1-cpu? PASSED*",
                                  "*test_pairs?2-emulated? PASSED*", "*test_not_a_kind?cuda:1? ERROR*",
                                  "*test_the_matrix?cpu? PASSED*", "*test_the_matrix?emulated? PASSED*"])
     result.stdout.fnmatch_lines(["*the device fixture was given 'cuda:1'; give it a device kind: cpu, emulated, "
                                  "cuda, mps, xpu"])
+
+
+CONFTEST_PARAMETRIZATION = """
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", ["cpu"], indirect=True)
+"""
+
+
+def test_a_conftest_may_parametrize_the_device(pytester: pytest.Pytester) -> None:
+    """A project's own pytest_generate_tests that parametrizes `device` is its matrix (the plugin's hook runs last
+    and adds none); it used to abort the collection with "duplicate parametrization of 'device'"."""
+    pytester.makeconftest(CONFTEST_PARAMETRIZATION)
+    result = _inner(pytester, PASSING_TEST, "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_uses_devices?cpu? PASSED*"])
 
 
 SETUP_ERROR_TEST = """

@@ -14,6 +14,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <array>
@@ -36,6 +37,16 @@ struct Counters {
   int64_t elsewhere = 0;  // bytes other processes hold on the device (set_capacity's used_elsewhere)
 };
 std::array<Counters, kDeviceCount> counters;
+
+// A fork while another thread holds a device's lock would leave the child a lock nobody releases, and its first
+// free of a device tensor would wait for ever: the locks are taken around the fork, as glibc does its malloc's.
+void lock_all() {
+  for (auto& c : counters) c.lock.lock();
+}
+void unlock_all() {
+  for (auto& c : counters) c.lock.unlock();
+}
+const int fork_guard = pthread_atfork(lock_all, unlock_all, unlock_all);
 
 constexpr int64_t kMinBlockSize = 512, kSmallSize = 1 << 20;  // CUDACachingAllocator.cpp's
 int64_t block_size(int64_t n) { return n == 0 ? 0 : (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize; }
@@ -184,9 +195,11 @@ struct EmulatedAllocator final : public c10::DeviceAllocator {
   }
 
  private:
-  // CUDACachingAllocator.cpp's check of a device argument, in its words
+  // CUDACachingAllocator.cpp's check of a device argument, in its words, against the devices the host shows (an
+  // absent host's figures are read as CUDA's are before it starts: no error)
   static c10::DeviceIndex checked(c10::DeviceIndex index) {
-    TORCH_CHECK(index >= 0 && index < kDeviceCount, "Invalid device argument ", int(index), ": did you call init?");
+    const int shown = host_is_absent() ? kDeviceCount : visible_devices();
+    TORCH_CHECK(index >= 0 && index < shown, "Invalid device argument ", int(index), ": did you call init?");
     return index;
   }
 };

@@ -19,6 +19,8 @@ constexpr c10::DispatchKeySet kDeviceKeys{c10::DispatchKey::PrivateUse1};
 // guard.cpp
 c10::DeviceIndex current_device();
 bool host_is_absent();
+// How many of the devices the host shows (samedevice.emulator.visible): kDeviceCount unless it plays fewer.
+int visible_devices();
 // The refusal of an allocation on an absent host or past the device count (registration.py's check_present).
 void check_present(c10::DeviceIndex index);
 // An op's result on the device, in a process forked after its parent used it: CUDA's kernel launch there fails with

@@ -257,6 +257,7 @@ void check_not_forked() {
   TORCH_CHECK(!bad_fork, c10::get_privateuse1_backend(), " error: initialization error");
 }
 bool device_started() { return started; }
+int visible_devices() { return visible; }
 }  // namespace samedevice
 
 extern "C" void samedevice_set_visible(int count) { visible = count; }
