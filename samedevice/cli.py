@@ -216,6 +216,17 @@ def list_scenarios() -> int:
 # ---- report -----------------------------------------------------------------------------------
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why a file cannot be written at `path`, or None."""
+    if path.is_dir():
+        return "it is a folder"
+    if not path.parent.is_dir():
+        return f"no folder {path.parent}"
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
+
+
 def _write(text: str, out: str | None) -> None:
     if out is None:
         sys.stdout.write(text)
@@ -247,6 +258,8 @@ def run_report(args: argparse.Namespace) -> int:
         reason = devices.unavailable_reason(name)
         if reason:
             raise UsageError(f"--devices: {name}: {reason}")
+    if args.out is not None and (why := _unwritable(Path(args.out))):  # before the run of every scenario, not after
+        raise UsageError(f"--out {args.out}: cannot be written ({why})")
     data = report.run(kinds)
     _write(json.dumps(data, indent=2) + "\n" if args.format == "json" else report.markdown(data), args.out)
     return 1 if data["divergences"] else 0

@@ -400,6 +400,10 @@ BAD_INPUT = parametrize_cases(
     Case("record_lacks_fields", argv=lambda tmp: ["report", "--compare", *[_report_file(
         tmp, json.dumps({**GOOD, "records": [{"scenario": "x"}]}))] * 2],
          message=r"r\.json: records\[0\] lacks device, expected, fix, fix_verified, kind, observed, reproduced"),
+    Case("report_out_in_no_folder", argv=lambda tmp: ["report", "--devices", "cpu", "--out", str(tmp / "no" / "r.md")],
+         message=r"--out .*r\.md: cannot be written \(no folder .*no\)$"),
+    Case("report_out_a_folder", argv=lambda tmp: ["report", "--devices", "cpu", "--out", str(tmp)],
+         message=r"--out .*: cannot be written \(it is a folder\)$"),
     Case("records_not_a_list", argv=lambda tmp: ["report", "--compare", *[_report_file(
         tmp, json.dumps({**GOOD, "records": None}))] * 2],
          message=r"r\.json: 'records' is NoneType, not a JSON list$"),
